@@ -1,0 +1,33 @@
+# Set-up and everyday commands. Every target creates the virtual environment it needs.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test test-all lock clean
+
+$(STAMP): requirements.lock pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --require-hashes --no-deps -r requirements.lock
+	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
+	touch $(STAMP)
+
+## demo: an investigation of the toyworld default (offline, CPU, no API key)
+demo: $(STAMP)
+	$(BIN)/sleuth investigate --class cat
+
+## test: the default test suite (offline, CPU, a few minutes)
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+## test-all: also the slow tests (long training, real checkpoints)
+test-all: $(STAMP)
+	$(BIN)/python -m pytest -q -m "slow or not slow"
+
+## lock: re-resolve requirements.in into the hash-checked requirements.lock
+lock:
+	$(BIN)/python -m pip install --quiet pip-tools
+	$(BIN)/pip-compile --generate-hashes --allow-unsafe --strip-extras --no-header -o requirements.lock requirements.in
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,3 @@
+from agent.cli import entrypoint
+
+entrypoint()

@@ -1,0 +1,4 @@
+"""Sub-commands of the `sleuth` command line, one module each.
+
+Every module exposes ``NAME``, ``HELP``, ``add_arguments(parser)`` and ``run(args) -> int``.
+"""

@@ -1,0 +1,217 @@
+"""The offline protocol planner: Wiles et al.'s procedure, LANCE perturbations and counterfactual confirmation.
+
+baseline -> caption failures -> measure each hypothesis (largest clusters first; sequential tests stop early for
+futility, so weak hypotheses cost little) -> refine the supported ones to the shortest caption that keeps the effect
+-> test the mechanism (counterfactual edits of class images; a LANCE perturbation of the attribute as a control)
+-> confirm on fresh seeds -> record -> finish. Deterministic: the same results give the same turns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Sequence
+from typing import Any
+
+from agent.events import Event, ToolCall
+from agent.loop import Turn
+
+Results = list[dict[str, Any]]
+Script = Generator[Turn, Results, None]
+
+
+def _pct(rate: dict[str, Any]) -> str:
+    if not rate.get("n"):
+        return "0/0"
+    return f"{rate['k']}/{rate['n']} = {100 * rate['rate']:.1f}% [{100 * rate['low']:.1f}%, {100 * rate['high']:.1f}%]"
+
+
+def _ratio(r: dict[str, Any] | None) -> str:
+    if not r:
+        return "n/a"
+    return f"{r['ratio']:.3g}x [{r['low']:.3g}, {r['high']:.3g}]"
+
+
+def _n_sentences(caption: str) -> int:
+    return len([s for s in caption.split(".") if s.strip()])
+
+
+class ProtocolPlanner:
+    """Deterministic planner that follows the published procedure with adaptive allocation of the image budget."""
+
+    name = "protocol"
+
+    def __init__(self, label: str, class_prompt: str, *, baseline_n: int = 1000, max_hypotheses: int = 6,
+                 max_refine: int = 3, max_n: int = 800) -> None:
+        self.label = label
+        self.class_prompt = class_prompt
+        self.baseline_n = baseline_n
+        self.max_hypotheses = max_hypotheses
+        self.max_refine = max_refine
+        self.max_n = max_n
+        self._script: Script | None = None
+        self._calls = 0
+
+    # -- Planner protocol -------------------------------------------------------------------------------
+
+    def next_turn(self, events: Sequence[Event]) -> Turn:
+        if self._script is None:
+            self._script = self._run()
+            return next(self._script)
+        return self._script.send(self._last_results(events))
+
+    @staticmethod
+    def _last_results(events: Sequence[Event]) -> Results:
+        """Results (or {'error': ...}) of the calls made in the latest planner turn, in call order."""
+        out: list[dict[str, Any]] = []
+        for e in reversed(events):
+            if e.kind == "planner_turn":
+                break
+            if e.kind == "tool_returned":
+                out.append(e.result if e.ok and e.result is not None else {"error": e.error or "failed"})
+        return list(reversed(out))
+
+    def _call(self, name: str, **arguments: Any) -> ToolCall:
+        self._calls += 1
+        return ToolCall(id=f"call_{self._calls}", name=name, arguments=arguments)
+
+    def _turn(self, reasoning: str, *calls: ToolCall) -> Turn:
+        return Turn(reasoning=reasoning, tool_calls=list(calls), model="protocol")
+
+    # -- the procedure ----------------------------------------------------------------------------------
+
+    def _run(self) -> Script:
+        label, prompt = self.label, self.class_prompt
+        (base,) = yield self._turn(
+            f"I start with the baseline: how often does the classifier fail on {self.baseline_n} generated images "
+            f"of {prompt!r}? Its failures are the material for hypotheses.",
+            self._call("generate_and_classify", prompt=prompt, n=self.baseline_n),
+        )
+        if "error" in base:
+            yield self._finish(f"The baseline could not be measured: {base['error']}")
+            return
+        s = base["summary"]
+        confusions = ", ".join(f"{c['label']} ({c['count']})" for c in s["confusions"]) or "none"
+        if s["failures"]["k"] == 0:
+            yield self._finish(f"No failures among {_pct(s['failures'])} baseline images of {label}; "
+                               "there is nothing to caption, so no hypothesis was formed.")
+            return
+        (caps,) = yield self._turn(
+            f"Baseline failure rate {_pct(s['failures'])}; the classifier's wrong answers: {confusions}. "
+            "I caption the failed images, clustered by predicted label and appearance, to form hypotheses.",
+            self._call("caption_failures", measurement_id=base["measurement_id"]),
+        )
+        hyps = self._unique(caps.get("hypotheses", []))[: self.max_hypotheses]
+        if not hyps:
+            yield self._finish(f"Baseline {_pct(s['failures'])}, but the failures formed no cluster large enough "
+                               "to caption; no hypothesis was tested.")
+            return
+        listing = "; ".join(f"{h['caption']!r} ({h['n_images']} images, predicted {h['predicted_label']})"
+                            for h in hyps)
+        measured = yield self._turn(
+            f"{len(hyps)} hypotheses, largest cluster first: {listing}. I measure each on fresh seeds against the "
+            "baseline; sequential stopping spends few images on hypotheses that show no effect.",
+            *[self._call("measure_rate", caption=h["caption"], target_label=h["predicted_label"], max_n=self.max_n)
+              for h in hyps],
+        )
+        tested: dict[str, dict[str, Any]] = {}
+        for h, r in zip(hyps, measured):
+            if "error" not in r:
+                tested[h["caption"]] = {**r, "_target": h["predicted_label"]}
+        supported = sorted((r for r in tested.values() if r["verdict"] == "supported"),
+                           key=lambda r: -r["rate_ratio"]["low"])[: self.max_refine]
+        summary = "; ".join(f"{c!r}: {_ratio(r['rate_ratio'])}, adjusted p={r['adjusted_p']:.2g}, {r['verdict']}"
+                            for c, r in tested.items())
+        if not supported:
+            yield self._finish(f"Baseline {_pct(s['failures'])}. No hypothesis was supported after correction: "
+                               f"{summary}.")
+            return
+
+        findings: list[str] = []
+        for r in supported:
+            refined = yield from self._refine(r, tested)
+            confirmed = yield from self._mechanism_and_confirm(refined, tested)
+            if confirmed:
+                findings.append(confirmed)
+        ruled_out = [c for c, r in tested.items() if r["verdict"] != "supported"]
+        text = (f"Baseline for {label}: {_pct(s['failures'])}. "
+                + (f"Confirmed findings: {'; '.join(findings)}. " if findings else "No finding was confirmed. ")
+                + (f"Not supported: {'; '.join(repr(c) for c in ruled_out)}." if ruled_out else ""))
+        yield self._finish(text)
+
+    def _unique(self, hyps: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        seen: set[str] = set()
+        out = []
+        for h in hyps:
+            key = " ".join(h["caption"].lower().split())
+            if key not in seen:
+                seen.add(key)
+                out.append(h)
+        return out
+
+    def _refine(self, r: dict[str, Any], tested: dict[str, dict[str, Any]]) -> Generator[Turn, Results, dict]:
+        caption, target = r["caption"], r["_target"]
+        (pert,) = yield self._turn(
+            f"{caption!r} is supported: {_pct(r['hypothesis']['failures'])} vs baseline {_pct(r['baseline'])}, "
+            f"rate ratio {_ratio(r['rate_ratio'])}. I look for the shortest caption that keeps the effect "
+            "(each sentence alone, adjectives dropped).",
+            self._call("perturb_caption", caption=caption, types=[], refinements=True),
+        )
+        candidates = [e["caption"] for e in pert.get("refinements", []) if e["caption"] not in tested]
+        if candidates:
+            results = yield self._turn(
+                f"Measuring {len(candidates)} refinements: " + "; ".join(repr(c) for c in candidates) + ".",
+                *[self._call("measure_rate", caption=c, target_label=target, max_n=self.max_n) for c in candidates],
+            )
+            for c, res in zip(candidates, results):
+                if "error" not in res:
+                    tested[c] = {**res, "_target": target}
+        family = [tested[c] for c in [caption, *candidates] if c in tested and tested[c]["verdict"] == "supported"]
+        # Shortest caption first; among equals, the one whose effect is surely largest.
+        return min(family, key=lambda x: (_n_sentences(x["caption"]), len(x["caption"]), -x["rate_ratio"]["low"]))
+
+    def _mechanism_and_confirm(self, r: dict[str, Any], tested: dict[str, dict[str, Any]]
+                               ) -> Generator[Turn, Results, str | None]:
+        caption, target = r["caption"], r["_target"]
+        (pert,) = yield self._turn(
+            f"Refined hypothesis {caption!r} ({_ratio(r['rate_ratio'])}). To test the mechanism I edit fresh class "
+            "images so that only the captioned attribute changes (paired McNemar test), and I measure a LANCE "
+            "perturbation of the caption as a control.",
+            self._call("perturb_caption", caption=caption, types=["background", "domain", "object"], n=1,
+                       refinements=False),
+        )
+        controls = [e["caption"] for e in pert.get("edits", []) if e["caption"] not in tested][:1]
+        results = yield self._turn(
+            "Counterfactual edits, and the control " + (repr(controls[0]) if controls else "(none available)") + ".",
+            self._call("measure_rate", caption=caption, target_label=target, mode="counterfactual"),
+            *[self._call("measure_rate", caption=c, target_label=target, max_n=self.max_n) for c in controls],
+        )
+        cf = results[0]
+        for c, res in zip(controls, results[1:]):
+            if "error" not in res:
+                tested[c] = {**res, "_target": target}
+        cf_text = (f"edits flipped {cf['mcnemar']['b']} images to failure and {cf['mcnemar']['c']} back "
+                   f"(McNemar p={cf['mcnemar']['p_value']:.2g})" if "error" not in cf and cf.get("mcnemar")
+                   else f"counterfactual unavailable ({cf.get('error', 'no result')})")
+        (conf,) = yield self._turn(
+            f"Mechanism: {cf_text}. Now the confirmation: the same caption on fresh seeds, disjoint from every "
+            "image used so far.",
+            self._call("measure_rate", caption=caption, target_label=target, confirm=True, max_n=self.max_n),
+        )
+        if "error" in conf or conf["verdict"] != "supported":
+            why = conf.get("error") or f"{_pct(conf['hypothesis']['failures'])}, adjusted p={conf['adjusted_p']:.2g}"
+            yield self._turn(f"{caption!r} did not replicate on fresh seeds ({why}); it is not recorded.")
+            return None
+        (rec,) = yield self._turn(
+            f"Confirmed: {_pct(conf['hypothesis']['failures'])} vs {_pct(conf['baseline'])} on fresh seeds "
+            f"(adjusted p={conf['adjusted_p']:.2g}). Recording the finding.",
+            self._call("record_finding", caption=caption, discovery_test=r["test_id"],
+                       confirmation_test=conf["test_id"],
+                       counterfactual_test=cf["test_id"] if "error" not in cf else None,
+                       summary=f"{caption!r} fails {_pct(conf['hypothesis']['failures'])}, "
+                               f"{_ratio(conf['rate_ratio'])} the baseline; {cf_text}."),
+        )
+        if "error" in rec:
+            return None
+        return f"{caption!r} ({_ratio(conf['rate_ratio'])}, confirmed)"
+
+    def _finish(self, summary: str) -> Turn:
+        return self._turn(summary, self._call("finish", summary=summary))

@@ -1,0 +1,102 @@
+"""Set up one investigation session: backends, run directory, transcript, tools and planner, then run it.
+
+Shared by `sleuth investigate`, `sleuth chat` and `sleuth audit`, so every entry point writes the same transcript.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import platform
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agent.events import Finding, RunStarted
+from agent.loop import Planner, RunResult, run_loop
+from agent.transcript import TranscriptWriter
+from tools import (
+    caption_failures,
+    edit_image,
+    finish,
+    generate_and_classify,
+    measure_rate,
+    perturb_caption,
+    record_finding,
+)
+from tools.artifacts import ArtifactStore
+from tools.backends.base import Backends
+from tools.context import ToolContext
+from tools.investigation import Budget, Investigation
+from tools.registry import Registry, tool_from_module
+
+TOOL_MODULES = (generate_and_classify, caption_failures, perturb_caption, edit_image, measure_rate, record_finding,
+                finish)
+
+
+def registry() -> Registry:
+    return Registry([tool_from_module(m) for m in TOOL_MODULES])
+
+
+def versions() -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for dist in ("sleuth", "torch", "numpy", "scipy", "pydantic", "diffusers", "transformers", "litellm"):
+        try:
+            out[dist] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    return out
+
+
+def new_run_dir(root: Path, label: str, seed: int) -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    slug = "".join(c if c.isalnum() else "-" for c in label.lower()).strip("-")
+    tag = hashlib.sha256(f"{stamp}|{label}|{seed}|{time.time_ns()}".encode()).hexdigest()[:6]
+    path = root / f"{stamp}-{slug}-s{seed}-{tag}"
+    path.mkdir(parents=True, exist_ok=False)
+    return path
+
+
+@dataclass
+class Session:
+    """One investigation of one class, wired to its transcript."""
+
+    backends: Backends
+    label: str
+    run_dir: Path
+    config: dict[str, Any]
+    seed: int = 0
+    budget: int = 20_000
+    criterion: str = "top1"
+    alpha: float = 0.05
+    progress: Callable[[str, int, int], None] | None = None
+    subscribers: list[Callable[[Any], None]] = field(default_factory=list)
+    investigation: Investigation = field(init=False)
+    ctx: ToolContext = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.artifacts = ArtifactStore(self.run_dir / "artifacts")
+        self.investigation = Investigation(
+            backends=self.backends, label=self.label, criterion=self.criterion,  # type: ignore[arg-type]
+            alpha=self.alpha, budget=Budget(images=self.budget), artifacts=self.artifacts,
+            progress=self.progress, seed=self.seed,
+        )
+        self.ctx = ToolContext(artifacts=self.artifacts)
+        self.ctx.investigation = self.investigation  # type: ignore[attr-defined]
+        self.transcript = self.run_dir / "transcript.jsonl"
+
+    def run(self, planner: Planner, *, max_turns: int = 100) -> RunResult:
+        with TranscriptWriter(self.transcript) as writer:
+            for callback in self.subscribers:
+                writer.subscribe(callback)
+            self.ctx.emit = lambda item: writer.append(Finding(finding_id=item["finding_id"],
+                                                               finding=item["finding"]))
+            started = RunStarted(
+                run_id=self.run_dir.name, command="investigate", config=self.config, versions=versions(),
+                seeds={"seed": self.seed, **self.investigation.seed_bases()}, planner=planner.name,
+                backends=self.backends.ids,
+            )
+            return run_loop(planner, registry(), self.ctx, writer, max_turns=max_turns, run_started=started)

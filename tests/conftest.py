@@ -1,0 +1,54 @@
+"""Shared fixtures: a transcript holding one event of every kind."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agent.events import (
+    ErrorEvent,
+    Event,
+    Finding,
+    PlannerTurn,
+    RunFinished,
+    RunStarted,
+    ToolCall,
+    ToolCalled,
+    ToolReturned,
+    Usage,
+    UserMessage,
+)
+from agent.transcript import TranscriptWriter
+
+
+@pytest.fixture()
+def sample_events() -> list[Event]:
+    """Nine events, every kind; the middle one (line 5) is a tool result holding ``"k":37``."""
+    return [
+        RunStarted(run_id="r1", command="investigate", config={"class": "cat", "budget": 100},
+                   versions={"python": "3.11"}, seeds={"seed": 0, "discovery": 0}, planner="scripted",
+                   backends={"generator": "toy-gen", "classifier": "toy-cls"}),
+        UserMessage(text="look for failures of cat"),
+        PlannerTurn(reasoning="I measure the baseline of the class prompt first.",
+                    tool_calls=[ToolCall(id="c1", name="measure_rate", arguments={"caption": "a cat", "n": 120}),
+                                ToolCall(id="c2", name="measure_rate", arguments='{"caption": ')],
+                    model="test-model", usage=Usage(prompt_tokens=10, completion_tokens=5), cost_usd=0.0012),
+        ToolCalled(call_id="c1", name="measure_rate", arguments={"caption": "a cat", "n": 120}),
+        ToolReturned(call_id="c1", name="measure_rate", ok=True,
+                     result={"k": 37, "n": 120, "rate": 0.30833, "looks": list(range(12))}, duration_s=0.25),
+        ToolReturned(call_id="c2", name="measure_rate", ok=False, error="arguments are not valid JSON",
+                     duration_s=0.001),
+        Finding(finding_id="f1", finding={"caption": "a cat in the snow", "rate_ratio": 4.2, "adjusted_p": 0.003}),
+        ErrorEvent(message="ValueError: boom", where="tool measure_rate", traceback="Traceback (most recent...)"),
+        RunFinished(status="completed", answer="cats in snow fail", n_findings=1),
+    ]
+
+
+@pytest.fixture()
+def written(tmp_path: Path, sample_events: list[Event]) -> tuple[Path, list[Event]]:
+    """``sample_events`` written to ``tmp_path/run/transcript.jsonl``; returns the path and the events as written."""
+    path = tmp_path / "run" / "transcript.jsonl"
+    with TranscriptWriter(path) as writer:
+        out = [writer.append(e) for e in sample_events]
+    return path, out

@@ -1,0 +1,116 @@
+"""A minimal backend set with known failure rates, for testing tools without toyworld.
+
+Images are 8x8 colour patches: the background colour encodes the scene ("snow" white, "grass" green, "sand"
+yellow); a red dot in the corner means the image is a sketch. The classifier fails on a known share of images per
+background: `RATES`. The captioner reads the background colour back (always right), so the tools' logic can be
+checked against exact expectations.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from tools.backends.base import (
+    BackendError,
+    Backends,
+    EditOutcome,
+    Generation,
+    LabelSpace,
+    Vocabulary,
+)
+
+LABELS = LabelSpace(("cat", "snow leopard", "dog"), {"cat": "pets", "dog": "pets", "snow leopard": "wild cats"})
+COLOURS = {"snow": (250, 250, 250), "grass": (30, 160, 40), "sand": (220, 200, 90)}
+RATES = {"snow": 0.6, "grass": 0.03, "sand": 0.03}
+PRIORS = {"grass": 0.6, "sand": 0.3, "snow": 0.1}
+
+
+def _background(prompt: str, rng: np.random.Generator) -> str:
+    for bg in COLOURS:
+        if bg in prompt:
+            return bg
+    return str(rng.choice(list(PRIORS), p=list(PRIORS.values())))
+
+
+class FakeGenerator:
+    id = "fake-gen"
+
+    def generate(self, prompts: Sequence[str], seeds: Sequence[int]) -> list[Generation]:
+        out = []
+        for p, s in zip(prompts, seeds):
+            rng = np.random.default_rng(s)
+            bg = _background(p, rng)
+            img = np.zeros((8, 8, 3), np.uint8)
+            img[:] = COLOURS[bg]
+            # The failure draw lives in the pixels so the classifier can read it back deterministically.
+            img[0, 0, 0] = 255 if rng.random() < RATES[bg] else 0
+            unrendered = tuple(w for w in ("purple",) if w in p)
+            out.append(Generation(image=img, prompt=p, seed=s, unrendered=unrendered,
+                                  meta={"background": bg, "fake": True}))
+        return out
+
+
+class FakeClassifier:
+    id = "fake-clf"
+    labels = LABELS
+
+    def logits(self, images: Sequence[np.ndarray]) -> np.ndarray:
+        out = np.zeros((len(images), 3), np.float32)
+        for i, img in enumerate(images):
+            out[i] = [0.0, 5.0, 1.0] if img[0, 0, 0] == 255 else [5.0, 0.0, 1.0]
+        return out
+
+
+class FakeCaptioner:
+    id = "fake-cap"
+
+    def captions(self, images: Sequence[np.ndarray], class_prompt: str) -> list[list[str]]:
+        return [[f"it is in the {self._bg(img)}", "it is daytime"] for img in images]
+
+    def sentence_loglik(self, images: Sequence[np.ndarray], sentence: str, class_prompt: str) -> np.ndarray:
+        return np.array([-0.1 if self._bg(img) in sentence else (-1.0 if "daytime" in sentence else -5.0)
+                         for img in images])
+
+    @staticmethod
+    def _bg(img: np.ndarray) -> str:
+        rgb = tuple(int(v) for v in img[1, 1])
+        return next(k for k, v in COLOURS.items() if v == rgb)
+
+
+class FakeEmbedder:
+    id = "fake-emb"
+
+    def embed(self, images: Sequence[np.ndarray]) -> np.ndarray:
+        f = np.stack([img[1, 1].astype(np.float32) for img in images])
+        return f / np.linalg.norm(f, axis=1, keepdims=True)
+
+
+class FakeEditor:
+    id = "fake-edit"
+
+    def edit(self, generation: Generation, source_caption: str, target_caption: str) -> EditOutcome:
+        if not generation.meta.get("fake"):
+            raise BackendError("this editor only edits images it generated")
+        rng = np.random.default_rng(generation.seed)
+        bg = _background(target_caption, rng)
+        img = generation.image.copy()
+        img[1:, :] = COLOURS[bg]
+        img[0, 1:] = COLOURS[bg]
+        # Re-draw the failure with the same uniform draw: a counterfactual of the same "noise".
+        rng = np.random.default_rng(generation.seed)
+        _background(generation.prompt, rng)
+        img[0, 0] = COLOURS[bg]
+        img[0, 0, 0] = 255 if rng.random() < RATES[bg] else 0
+        return EditOutcome(image=img, source_caption=source_caption, target_caption=target_caption,
+                           meta={"background": bg, "fake": True})
+
+
+def fake_backends() -> Backends:
+    return Backends(
+        generator=FakeGenerator(), classifier=FakeClassifier(), captioner=FakeCaptioner(),
+        embedder=FakeEmbedder(), editor=FakeEditor(),
+        vocabulary=Vocabulary(background=["snow", "grass", "sand"], adjective=["white", "orange"],
+                              domain=["pencil sketch", "painting"], object=["a ball"], subject=["small"]),
+    )

@@ -1,0 +1,48 @@
+"""The protocol planner through the real loop, on the fake backend set with a known bug (snow)."""
+
+from __future__ import annotations
+
+from agent.planners.protocol import ProtocolPlanner
+from agent.session import Session
+from agent.transcript import read_transcript
+from tests.fakeworld import fake_backends
+
+CAT = "a realistic photograph of a cat"
+
+
+def run_session(tmp_path, seed=0, budget=20_000):
+    backends = fake_backends()
+    session = Session(backends=backends, label="cat", run_dir=tmp_path, config={"class": "cat"}, seed=seed,
+                      budget=budget)
+    result = session.run(ProtocolPlanner("cat", CAT, baseline_n=1000))
+    return session, result
+
+
+def test_protocol_confirms_the_planted_effect_and_writes_every_step(tmp_path):
+    session, result = run_session(tmp_path)
+    assert result.status == "completed"
+    inv = session.investigation
+    assert len(inv.findings) == 1
+    f = inv.findings[0]
+    # Refinement keeps the shortest caption with the effect: the class sentence plus the snow sentence.
+    assert f["caption"] == "a realistic photograph of a cat. it is in the snow."
+    assert f["confirmation"]["hypothesis"]["n"] > 0 and f["confirmation"]["adjusted_p"] < 0.05
+    assert f["counterfactual"] is not None and f["counterfactual"]["kind"] == "counterfactual"
+    events = read_transcript(session.transcript)
+    kinds = [e.kind for e in events]
+    assert kinds[0] == "run_started" and kinds[-1] == "run_finished"
+    assert kinds.count("finding") == 1
+    names = [e.name for e in events if e.kind == "tool_called"]
+    assert names[:2] == ["generate_and_classify", "caption_failures"]
+    assert "perturb_caption" in names and names[-1] == "finish"
+    assert sum(1 for e in events if e.kind == "tool_returned" and not e.ok) == 0
+    # Every planner turn explains itself in words.
+    assert all(e.reasoning for e in events if e.kind == "planner_turn")
+    assert inv.budget.used <= 20_000
+
+
+def test_protocol_is_deterministic(tmp_path):
+    a, _ = run_session(tmp_path / "a")
+    b, _ = run_session(tmp_path / "b")
+    assert a.investigation.findings == b.investigation.findings
+    assert [t.p_value for t in a.investigation.tests] == [t.p_value for t in b.investigation.tests]

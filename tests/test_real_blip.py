@@ -1,0 +1,100 @@
+"""BlipCaptioner on a tiny random-weight BLIP saved to disk and loaded back."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from tools.backends.blip_captioner import BlipCaptioner, split_sentences
+
+torch.set_num_threads(2)
+
+WORDS = ("a realistic photograph of tabby cat dog fly flower snow grass net sitting on in the with red blue small "
+         "large green water bench sleeping window . ,").split()
+PROMPT = "a realistic photograph of a tabby cat"
+
+
+@pytest.fixture(scope="module")
+def blip_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from transformers import (
+        BertTokenizerFast,
+        BlipConfig,
+        BlipForConditionalGeneration,
+        BlipImageProcessor,
+        BlipProcessor,
+        BlipTextConfig,
+        BlipVisionConfig,
+    )
+
+    tmp = tmp_path_factory.mktemp("blip")
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "[DEC]", *dict.fromkeys(WORDS)]
+    (tmp / "tok").mkdir()
+    (tmp / "tok" / "vocab.txt").write_text("\n".join(vocab) + "\n")
+    tokenizer = BertTokenizerFast.from_pretrained(tmp / "tok", bos_token="[DEC]", do_lower_case=True)
+    assert len(tokenizer) == len(vocab) and tokenizer(PROMPT)["input_ids"][1] == vocab.index("a")
+    processor = BlipProcessor(image_processor=BlipImageProcessor(size={"height": 32, "width": 32}),
+                              tokenizer=tokenizer)
+    text = BlipTextConfig(vocab_size=len(vocab), hidden_size=32, intermediate_size=37, num_hidden_layers=2,
+                          num_attention_heads=4, max_position_embeddings=64, encoder_hidden_size=32,
+                          bos_token_id=5, sep_token_id=3, pad_token_id=0, eos_token_id=3)
+    vision = BlipVisionConfig(hidden_size=32, intermediate_size=37, num_hidden_layers=2, num_attention_heads=4,
+                              image_size=32, patch_size=8, initializer_range=0.02)
+    torch.manual_seed(0)
+    model = BlipForConditionalGeneration(BlipConfig(text_config=text.to_dict(), vision_config=vision.to_dict()))
+    model.save_pretrained(tmp / "blip")
+    processor.save_pretrained(tmp / "blip")
+    return tmp / "blip"
+
+
+def images(n: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(1)
+    return [rng.integers(0, 256, (48, 40, 3), dtype=np.uint8) for _ in range(n)]
+
+
+def test_split_sentences() -> None:
+    assert split_sentences("a cat on a bench. it is red! ") == ["a cat on a bench", "it is red"]
+    assert split_sentences("  ") == []
+
+
+def test_captions_complete_the_class_prompt(blip_folder: Path) -> None:
+    cap = BlipCaptioner(str(blip_folder), num_beams=2, num_samples=2, max_new_tokens=6)
+    out = cap.captions(images(3), PROMPT)
+    assert len(out) == 3
+    for sentences in out:
+        assert sentences and sentences[0].startswith(PROMPT)
+        assert len(sentences) == len(set(sentences))
+    again = BlipCaptioner(str(blip_folder), num_beams=2, num_samples=2, max_new_tokens=6).captions(images(3), PROMPT)
+    assert again == out  # sampling is seeded
+
+
+def test_sentence_loglik_is_the_teacher_forced_likelihood(blip_folder: Path) -> None:
+    cap = BlipCaptioner(str(blip_folder), num_beams=0, num_samples=0, max_new_tokens=6)
+    cap.load()
+    ims = images(2)
+    proc, model = cap._processor, cap._model
+    inputs = proc(images=ims[:1], text=[PROMPT], return_tensors="pt")
+    with torch.no_grad():
+        gen = model.generate(**inputs, max_new_tokens=6, do_sample=False, output_scores=True,
+                             return_dict_in_generate=True)
+    n_prompt = inputs["input_ids"].shape[1] - 1  # generate() drops the trailing [SEP]
+    new = gen.sequences[0, n_prompt:].tolist()
+    steps = [torch.log_softmax(s[0], -1)[t].item() for s, t in zip(gen.scores, new)]
+    keep = next((i for i, t in enumerate(new) if t < 6), len(new))  # stop at the first special token
+    assert keep >= 2, "the tiny model should say something before a special token"
+    greedy = f"{PROMPT} {cap.tokenizer.decode(new[:keep])}"
+    expected = sum(steps[:keep])
+    got = cap.sentence_loglik(ims[:1], greedy, PROMPT)
+    assert got.shape == (1,)
+    assert got[0] == pytest.approx(expected, abs=1e-3)
+    # The greedy continuation beats random words of the same length, for this image.
+    rng = np.random.default_rng(0)
+    for _ in range(5):
+        random_sentence = f"{PROMPT} " + " ".join(rng.choice(WORDS[:-2], size=keep))
+        assert cap.sentence_loglik(ims[:1], random_sentence, PROMPT)[0] < got[0]
+    both = cap.sentence_loglik(ims, greedy, PROMPT)
+    assert both.shape == (2,) and both[0] == pytest.approx(got[0], abs=1e-4) and both[0] != both[1]
+    # A sentence that does not repeat the prompt is scored after it, all its tokens counted.
+    assert cap.sentence_loglik(ims[:1], "sitting on a bench", PROMPT)[0] < 0

@@ -1,0 +1,186 @@
+"""The investigation tools on a backend set with known rates (tests/fakeworld.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from agent.session import registry
+from tests.fakeworld import RATES, fake_backends
+from tools import stats
+from tools.artifacts import ArtifactStore
+from tools.context import ToolContext
+from tools.investigation import CONFIRMATION_OFFSET, Budget, Investigation
+from tools.registry import ToolError
+
+CAT = "a realistic photograph of a cat"
+SNOW = "a realistic photograph of a cat. it is in the snow."
+GRASS = "a realistic photograph of a cat. it is in the grass."
+
+
+@pytest.fixture()
+def ctx(tmp_path):
+    store = ArtifactStore(tmp_path / "artifacts")
+    inv = Investigation(backends=fake_backends(), label="cat", artifacts=store, budget=Budget(images=50_000))
+    c = ToolContext(artifacts=store)
+    c.investigation = inv
+    emitted = []
+    c.emit = emitted.append
+    c.emitted = emitted
+    return c
+
+
+def call(ctx, name, **args):
+    return registry().call(name, args, ctx)
+
+
+def test_generate_and_classify_counts_failures_with_interval(ctx):
+    r = call(ctx, "generate_and_classify", prompt=CAT + " in the snow", n=400, target_label="snow leopard")
+    f = r.summary.failures
+    assert f.n == 400
+    # True rate 0.6 (seeds 0..399 draw 214 failures: 2.7 SE low). The interval is the Wilson interval of k/n,
+    # and the count is plausible within 4 SE.
+    expected = stats.binomial_rate(f.k, f.n)
+    assert (f.low, f.high) == pytest.approx((expected.low, expected.high))
+    assert f.low < f.rate < f.high
+    assert abs(f.k - 400 * RATES["snow"]) < 4 * np.sqrt(400 * 0.6 * 0.4)
+    assert r.summary.target_hits == f.k  # every failure is a snow leopard in this world
+    assert r.summary.confusions[0].label == "snow leopard"
+    assert len(r.failure_images) == 8 and len(r.success_images) == 4
+    assert ctx.investigation.artifacts.exists(r.failure_images[0])
+
+
+def test_unrendered_words_are_reported(ctx):
+    r = call(ctx, "generate_and_classify", prompt=CAT + " with purple stripes", n=10)
+    assert r.summary.unrendered == ["purple"]
+
+
+def test_bad_arguments_are_readable_errors(ctx):
+    with pytest.raises(ToolError, match="n"):
+        call(ctx, "generate_and_classify", prompt=CAT, n=0)
+    with pytest.raises(ToolError, match="snow leopard"):
+        call(ctx, "generate_and_classify", prompt=CAT, n=5, target_label="snow leoprd")
+
+
+def test_seeds_are_never_reused_between_discovery_and_confirmation(ctx):
+    inv = ctx.investigation
+    d1 = inv.allocate_seeds(100)
+    d2 = inv.allocate_seeds(50)
+    c1 = inv.allocate_seeds(100, "confirmation")
+    assert set(d1).isdisjoint(d2)
+    assert min(c1) >= CONFIRMATION_OFFSET > max(d1 + d2)
+
+
+def test_budget_is_enforced(tmp_path):
+    inv = Investigation(backends=fake_backends(), label="cat", budget=Budget(images=100))
+    c = ToolContext()
+    c.investigation = inv
+    call(c, "generate_and_classify", prompt=CAT, n=80)
+    with pytest.raises(ToolError, match="budget"):
+        call(c, "generate_and_classify", prompt=CAT, n=80)
+
+
+def test_caption_failures_names_the_failing_background(ctx):
+    base = call(ctx, "generate_and_classify", prompt=CAT, n=1000)
+    caps = call(ctx, "caption_failures", measurement_id=base.measurement_id)
+    assert caps.n_failures == base.summary.failures.k
+    top = caps.hypotheses[0]
+    # Snow images are 10% of the prior but fail 20x as often: the largest failure cluster is snow.
+    assert "snow" in top.caption and top.caption.startswith(CAT)
+    assert top.predicted_label == "snow leopard"
+    # Greedy selection puts the sentence that fits the cluster best first.
+    assert top.sentences[0] == "it is in the snow"
+    assert top.mean_loglik[0] >= top.mean_loglik[-1]
+
+
+def test_measure_rate_supports_a_real_effect_and_stops_early(ctx):
+    r = call(ctx, "measure_rate", caption=SNOW, target_label="snow leopard")
+    assert r.verdict == "supported"
+    assert r.stopped == "success" and r.looks == [100]  # a 7x effect is clear at the first look
+    assert r.rate_ratio.low > 3
+    assert r.p_value < 1e-6 and r.adjusted_p == r.p_value  # family of one
+    assert r.baseline.n == 1000
+
+
+def test_measure_rate_futility_and_family_adjustment(ctx):
+    a = call(ctx, "measure_rate", caption=SNOW)
+    b = call(ctx, "measure_rate", caption=GRASS, max_n=400)
+    assert b.verdict == "not supported"
+    assert b.family_size == 2
+    # Holm over two tests: the smaller p doubles.
+    inv = ctx.investigation
+    t_a = inv.test(a.test_id)
+    assert t_a.adjusted_p == pytest.approx(min(1.0, 2 * t_a.p_value))
+
+
+def test_confirmation_uses_fresh_seeds_and_its_own_baseline(ctx):
+    call(ctx, "measure_rate", caption=SNOW)
+    c = call(ctx, "measure_rate", caption=SNOW, confirm=True)
+    assert c.purpose == "confirmation"
+    assert c.hypothesis.seeds[0] >= CONFIRMATION_OFFSET
+    assert ctx.investigation.baselines["confirmation"].seeds[0] >= CONFIRMATION_OFFSET
+
+
+def test_record_finding_enforces_confirmation(ctx):
+    d = call(ctx, "measure_rate", caption=SNOW)
+    with pytest.raises(ToolError, match="confirm"):
+        call(ctx, "record_finding", caption=SNOW, discovery_test=d.test_id, confirmation_test=d.test_id)
+    g = call(ctx, "measure_rate", caption=GRASS, max_n=200)
+    gc = call(ctx, "measure_rate", caption=GRASS, confirm=True, max_n=200)
+    with pytest.raises(ToolError, match="adjusted p"):
+        call(ctx, "record_finding", caption=GRASS, discovery_test=g.test_id, confirmation_test=gc.test_id)
+    c = call(ctx, "measure_rate", caption=SNOW, confirm=True)
+    f = call(ctx, "record_finding", caption=SNOW, discovery_test=d.test_id, confirmation_test=c.test_id)
+    assert f.confirmed and f.discovery.rate_ratio.ratio > 3
+    assert ctx.emitted and ctx.emitted[0]["finding"]["caption"] == SNOW
+    with pytest.raises(ToolError, match="already"):
+        call(ctx, "record_finding", caption=SNOW, discovery_test=d.test_id, confirmation_test=c.test_id)
+
+
+def test_counterfactual_mode_uses_mcnemar_on_flips(ctx):
+    r = call(ctx, "measure_rate", caption=SNOW, mode="counterfactual", max_n=200)
+    assert r.mcnemar is not None
+    # Same uniform draw before and after: an edit to snow can only flip images towards failure.
+    assert r.mcnemar.c == 0 and r.mcnemar.b > 50
+    assert r.mcnemar.p_value == pytest.approx(stats.mcnemar_exact(r.mcnemar.b, 0).p_value)
+    assert r.verdict == "supported"
+
+
+def test_edit_image_pairs_and_refuses_unknown_images(ctx):
+    base = call(ctx, "generate_and_classify", prompt=CAT + " in the grass", n=50)
+    refs = base.success_images
+    e = call(ctx, "edit_image", images=refs, source_caption=GRASS, target_caption=SNOW)
+    assert len(e.edits) == len(refs)
+    assert all(x.original == r for x, r in zip(e.edits, refs))
+    assert e.to_correct == 0 and e.mcnemar is not None
+    with pytest.raises(ToolError, match="unknown image"):
+        call(ctx, "edit_image", images=["0" * 64], source_caption=GRASS, target_caption=SNOW)
+
+
+def test_perturb_caption_keeps_the_class_and_refines(ctx):
+    caption = "a realistic photograph of a cat. it is in the grass. it is daytime."
+    r = call(ctx, "perturb_caption", caption=caption, types=["background", "domain", "adjective"], n=2)
+    kinds = {e.type for e in r.edits}
+    assert kinds == {"background", "domain", "adjective"}
+    assert all("cat" in e.caption for e in r.edits)
+    bg = [e for e in r.edits if e.type == "background"]
+    assert all("grass" not in e.caption for e in bg) and len(bg) == 2
+    singles = [e.caption for e in r.refinements if e.type == "single_sentence"]
+    assert singles == ["a realistic photograph of a cat. it is in the grass.",
+                       "a realistic photograph of a cat. it is daytime."]
+    with pytest.raises(ToolError, match="class"):
+        call(ctx, "perturb_caption", caption="a photo of a dog")
+
+
+def test_perturb_caption_with_llm_validates_the_reply(ctx):
+    ctx.llm = lambda prompt: ('{"edits": [{"type": "background", "edit": "grass -> sand", '
+                              '"caption": "a photo of a cat on sand."}, {"type": "object", "edit": "+ dog", '
+                              '"caption": "a photo of a cat and a dog."}]}')
+    r = call(ctx, "perturb_caption", caption="a photo of a cat on grass.", types=["background", "object"],
+             refinements=False)
+    assert r.source == "llm"
+    assert [e.caption for e in r.edits] == ["a photo of a cat on sand."]
+    assert len(r.rejected) == 1 and "dog" in r.rejected[0]
+    ctx.llm = lambda prompt: "sure! here are some edits"
+    with pytest.raises(ToolError, match="JSON"):
+        call(ctx, "perturb_caption", caption="a photo of a cat on grass.")

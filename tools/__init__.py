@@ -1,0 +1,1 @@
+"""sleuth tools: the investigation's tools and the backends they run on."""

@@ -1,0 +1,213 @@
+"""open_clip models: image embeddings for clustering, and Dataset Interfaces' CLIP checks on generated images.
+
+Vendrow et al. keep a generated image only if CLIP sees the class in it and the intended shift ("in the snow",
+"pencil sketch", ...). Here both checks are explicit, with thresholds the user can set:
+
+- class present: among the prompts "a photo of a {class}" for every class, the image's own class ranks within
+  ``class_top_k`` by CLIP similarity;
+- shift present: the cosine similarity of the image to the shift text is at least ``shift_threshold``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from tools.backends.base import BackendError, Image
+from tools.backends.loading import batches, choose_device, choose_dtype, resolve_hub_file, resolve_pretrained, to_pil
+
+
+class OpenClipModel:
+    """An open_clip model loaded on first use from a checkpoint file, a pretrained tag in the HF cache, or
+    ``hf-hub:org/repo`` in the cache. Never downloads."""
+
+    def __init__(self, model_name: str, pretrained: str | None = None, *, device: str = "cpu",
+                 dtype: str | None = None, batch_size: int = 32, quick_gelu: bool | None = None) -> None:
+        import open_clip
+
+        self.model_name = model_name
+        self.pretrained = pretrained
+        self.batch_size = batch_size
+        self.device = choose_device(device)
+        self.dtype = choose_dtype(dtype, self.device)
+        self._kwargs: dict[str, Any] = {}
+        self._name = model_name
+        self._weights: str | None = None
+        if model_name.startswith("hf-hub:"):
+            folder = resolve_pretrained(model_name[len("hf-hub:"):], what="open_clip model")
+            self._name = f"local-dir:{folder}"
+        elif model_name not in open_clip.list_models():
+            raise BackendError(f"unknown open_clip model {model_name!r}; see open_clip.list_models(), "
+                               f"e.g. ViT-B-32.")
+        if pretrained:
+            self._weights = self._resolve_weights(pretrained)
+        if quick_gelu is not None:
+            self._kwargs["force_quick_gelu"] = quick_gelu
+        self._model: Any = None
+        self._preprocess: Any = None
+        self._tokenizer: Any = None
+
+    @property
+    def id(self) -> str:
+        return f"open_clip:{self.model_name}:{self.pretrained or 'random'}"
+
+    def _resolve_weights(self, pretrained: str) -> str:
+        import open_clip
+
+        if resolve_local(pretrained):
+            return pretrained
+        cfg = open_clip.get_pretrained_cfg(self.model_name, pretrained)
+        if not cfg:
+            tags = ", ".join(t for m, t in open_clip.list_pretrained() if m == self.model_name) or "none"
+            raise BackendError(f"open_clip {self.model_name}: {pretrained!r} is neither a checkpoint file nor a "
+                               f"pretrained tag (tags: {tags}).")
+        if not cfg.get("hf_hub"):
+            raise BackendError(f"open_clip {self.model_name}:{pretrained} is only published by URL "
+                               f"({cfg.get('url')}); download it and pass the file path.")
+        repo = cfg["hf_hub"].strip("/")
+        path = resolve_hub_file(repo, ["open_clip_model.safetensors", "open_clip_pytorch_model.bin"],
+                                what=f"open_clip {self.model_name}:{pretrained}")
+        # The tag's own settings are lost when loading from a path, so they are passed on explicitly.
+        self._kwargs.update(force_quick_gelu=bool(cfg.get("quick_gelu", False)))
+        for k in ("mean", "std", "interpolation", "resize_mode"):
+            if k in cfg:
+                self._kwargs[f"image_{k}"] = cfg[k]
+        return str(path)
+
+    def load(self) -> None:
+        if self._model is not None:
+            return
+        import open_clip
+
+        try:
+            model, _, preprocess = open_clip.create_model_and_transforms(
+                self._name, pretrained=self._weights, device=self.device, **self._kwargs)
+        except RuntimeError as e:
+            raise BackendError(f"open_clip {self.model_name}: cannot load {self._weights}: "
+                               f"{str(e).splitlines()[0]}") from None
+        self._model = model.to(dtype=self.dtype).eval()
+        self._preprocess = preprocess
+        self._tokenizer = open_clip.get_tokenizer(self._name)
+
+    @property
+    def logit_scale(self) -> float:
+        self.load()
+        return float(self._model.logit_scale.detach().exp())
+
+    def encode_images(self, images: Sequence[Image]) -> np.ndarray:
+        import torch
+
+        self.load()
+        pils = to_pil(images)
+        out = []
+        for sl in batches(len(pils), self.batch_size):
+            x = torch.stack([self._preprocess(p) for p in pils[sl]]).to(self.device, self.dtype)
+            with torch.no_grad():
+                f = self._model.encode_image(x).float()
+            out.append(torch.nn.functional.normalize(f, dim=-1).cpu().numpy())
+        return np.concatenate(out) if out else np.zeros((0, 0), np.float32)
+
+    def encode_texts(self, texts: Sequence[str]) -> np.ndarray:
+        import torch
+
+        self.load()
+        out = []
+        for sl in batches(len(texts), max(self.batch_size, 256)):
+            tokens = self._tokenizer(list(texts[sl])).to(self.device)
+            with torch.no_grad():
+                f = self._model.encode_text(tokens).float()
+            out.append(torch.nn.functional.normalize(f, dim=-1).cpu().numpy())
+        return np.concatenate(out) if out else np.zeros((0, 0), np.float32)
+
+
+def resolve_local(ref: str) -> bool:
+    from pathlib import Path
+
+    return Path(ref).expanduser().is_file()
+
+
+class OpenClipEmbedder:
+    """L2-normalised open_clip image features for clustering failed images."""
+
+    def __init__(self, model: OpenClipModel) -> None:
+        self.model = model
+        self.id = model.id
+
+    def embed(self, images: Sequence[Image]) -> np.ndarray:
+        return self.model.encode_images(images).astype(np.float32)
+
+
+@dataclass
+class ClipCheck:
+    """CLIP's view of one generated image."""
+
+    class_name: str | None
+    class_rank: int | None = None
+    """1 = the image's own class scored highest among all class prompts."""
+    class_present: bool = True
+    shift_text: str = ""
+    shift_score: float | None = None
+    shift_present: bool = True
+    scores: dict[str, float] = field(default_factory=dict)
+
+
+class ClipChecks:
+    """Dataset Interfaces' two checks: is the class in the image, and is the intended shift in it."""
+
+    def __init__(self, model: OpenClipModel, class_names: Sequence[str], *, class_top_k: int = 5,
+                 shift_threshold: float = 0.2, class_template: str = "a photo of a {}.") -> None:
+        if not class_names:
+            raise BackendError("CLIP checks need the list of class names.")
+        self.model = model
+        self.class_names = list(class_names)
+        self.class_top_k = class_top_k
+        self.shift_threshold = shift_threshold
+        self.class_template = class_template
+        self._class_text: np.ndarray | None = None
+        # Longest names first so "tiger cat" wins over "cat" when both are classes.
+        self._by_length = sorted(self.class_names, key=len, reverse=True)
+
+    def split_prompt(self, prompt: str,
+                     class_prompt: str = "a realistic photograph of a {label}") -> tuple[str | None, str]:
+        """(class named in the prompt, the rest of it: the shift). No class → (None, "")."""
+        low = prompt.lower()
+        for name in self._by_length:
+            m = re.search(rf"(?<![\w-]){re.escape(name.lower())}(?![\w-])", low)
+            if m is None:
+                continue
+            base = class_prompt.format(label=name).lower()
+            rest = low.replace(base, " ", 1) if base in low else low[:m.start()] + " " + low[m.end():]
+            rest = re.sub(r"\s+", " ", rest).strip(" ,.")
+            return name, rest
+        return None, ""
+
+    def class_text_features(self) -> np.ndarray:
+        if self._class_text is None:
+            self._class_text = self.model.encode_texts([self.class_template.format(c) for c in self.class_names])
+        return self._class_text
+
+    def check(self, images: Sequence[Image], prompts: Sequence[str],
+              class_prompt: str = "a realistic photograph of a {label}") -> list[ClipCheck]:
+        feats = self.model.encode_images(images)
+        splits = [self.split_prompt(p, class_prompt) for p in prompts]
+        sims = feats @ self.class_text_features().T
+        shift_texts = sorted({s for _, s in splits if s})
+        shift_feats = dict(zip(shift_texts, self.model.encode_texts(shift_texts))) if shift_texts else {}
+        out = []
+        for i, (name, shift) in enumerate(splits):
+            c = ClipCheck(class_name=name, shift_text=shift)
+            if name is not None:
+                j = self.class_names.index(name)
+                c.class_rank = int((sims[i] > sims[i, j]).sum()) + 1
+                c.class_present = c.class_rank <= self.class_top_k
+                c.scores["class_similarity"] = float(sims[i, j])
+            if shift:
+                c.shift_score = float(feats[i] @ shift_feats[shift])
+                c.shift_present = c.shift_score >= self.shift_threshold
+                c.scores["shift_similarity"] = c.shift_score
+            out.append(c)
+        return out

@@ -1,0 +1,187 @@
+"""Text-to-image generation with any diffusers pipeline (Stable Diffusion 1.x/2.x, SDXL, SD-Turbo, ...).
+
+Reproducibility: every image gets its own ``torch.Generator`` seeded with its seed, created on the CPU, so
+(prompt, seed) gives the same initial latents, hence the same image, whatever the batch size or device.
+Images a safety checker blacks out come back with ``valid=False``: unusable, not classifier failures.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tools.backends.base import BackendError, Generation
+from tools.backends.clip import ClipChecks
+from tools.backends.loading import batches, choose_device, choose_dtype, resolve_pretrained
+
+
+class DiffusersGenerator:
+    """A diffusers text-to-image pipeline loaded on first use from a local folder or the HF cache.
+
+    ``class_token`` is a textual-inversion embedding (Dataset Interfaces learns one per ImageNet class); with
+    ``class_name`` given, that name is replaced by the learned token in every prompt before encoding.
+    ``checks`` (optional) are Dataset Interfaces' CLIP checks: an image CLIP cannot see the class in is
+    marked invalid, and a shift CLIP cannot see is reported in ``unrendered``.
+    """
+
+    def __init__(self, model: str | None = None, *, pipeline: Any = None, device: str = "cpu",
+                 dtype: str | None = None, num_inference_steps: int = 30, guidance_scale: float = 7.5,
+                 height: int | None = None, width: int | None = None, batch_size: int = 4,
+                 negative_prompt: str | None = None, class_token: str | None = None, class_name: str | None = None,
+                 checks: ClipChecks | None = None, class_prompt: str = "a realistic photograph of a {label}") -> None:
+        if (model is None) == (pipeline is None):
+            raise ValueError("give exactly one of model (path or Hub id) and pipeline")
+        self.model = model
+        self.device = choose_device(device)
+        self.dtype = choose_dtype(dtype, self.device)
+        self._folder = resolve_pretrained(model, what="diffusers pipeline") if model is not None else None
+        if class_token is not None and not Path(class_token).expanduser().is_file():
+            raise BackendError(f"class token file not found: {class_token}")
+        self.num_inference_steps = num_inference_steps
+        self.guidance_scale = guidance_scale
+        self.height = height
+        self.width = width
+        self.batch_size = batch_size
+        self.negative_prompt = negative_prompt
+        self.class_token = class_token
+        self.class_name = class_name
+        self.checks = checks
+        self.class_prompt = class_prompt
+        self._pipe = pipeline
+        self._tokens: list[str] = []
+        self.id = (f"diffusers:{model or type(pipeline).__name__}:steps={num_inference_steps}"
+                   f":cfg={guidance_scale:g}" + (f":token={Path(class_token).name}" if class_token else ""))
+        if pipeline is not None:
+            self._prepare(pipeline)
+
+    # -- loading ---------------------------------------------------------------------------------------------
+
+    @property
+    def pipe(self) -> Any:
+        if self._pipe is None:
+            from diffusers import DiffusionPipeline
+
+            try:
+                pipe = DiffusionPipeline.from_pretrained(self._folder, dtype=self.dtype, local_files_only=True)
+            except (OSError, ValueError) as e:
+                raise BackendError(f"diffusers pipeline {self.model!r}: cannot load from {self._folder}: "
+                                   f"{str(e).splitlines()[0]}") from None
+            self._pipe = pipe
+            self._prepare(pipe)
+        return self._pipe
+
+    def _prepare(self, pipe: Any) -> None:
+        pipe.to(self.device)
+        pipe.set_progress_bar_config(disable=True)
+        if self.class_token is not None:
+            self._tokens = load_class_token(pipe, Path(self.class_token).expanduser())
+
+    # -- generation ------------------------------------------------------------------------------------------
+
+    def prompt_with_token(self, prompt: str) -> str:
+        if not self._tokens or not self.class_name:
+            return prompt
+        return re.sub(rf"(?<![\w-]){re.escape(self.class_name)}(?![\w-])", self._tokens[0], prompt,
+                      flags=re.IGNORECASE)
+
+    def generate(self, prompts: Sequence[str], seeds: Sequence[int]) -> list[Generation]:
+        if len(prompts) != len(seeds):
+            raise ValueError(f"{len(prompts)} prompts but {len(seeds)} seeds")
+        out: list[Generation] = []
+        for sl in batches(len(prompts), self.batch_size):
+            out.extend(self._generate_batch(list(prompts[sl]), [int(s) for s in seeds[sl]]))
+        if self.checks is not None and out:
+            self._apply_checks(out)
+        return out
+
+    def _generate_batch(self, prompts: list[str], seeds: list[int]) -> list[Generation]:
+        import torch
+
+        pipe = self.pipe
+        # CPU generators: the initial noise is drawn on the CPU and moved, so it does not depend on the device.
+        generators = [torch.Generator("cpu").manual_seed(s) for s in seeds]
+        kwargs: dict[str, Any] = {
+            "prompt": [self.prompt_with_token(p) for p in prompts],
+            "num_inference_steps": self.num_inference_steps,
+            "guidance_scale": self.guidance_scale,
+            "generator": generators,
+            "output_type": "np",
+        }
+        if self.height is not None:
+            kwargs["height"] = self.height
+        if self.width is not None:
+            kwargs["width"] = self.width
+        if self.negative_prompt is not None:
+            kwargs["negative_prompt"] = [self.negative_prompt] * len(prompts)
+        with torch.no_grad():
+            result = pipe(**kwargs)
+        images = to_uint8(result.images)
+        flagged = getattr(result, "nsfw_content_detected", None) or [False] * len(prompts)
+        return [Generation(image=im, prompt=p, seed=s, valid=not bool(bad),
+                           meta={"nsfw": True} if bad else {})
+                for im, p, s, bad in zip(images, prompts, seeds, flagged)]
+
+    def _apply_checks(self, gens: list[Generation]) -> None:
+        assert self.checks is not None
+        usable = [g for g in gens if g.valid]
+        if not usable:
+            return
+        results = self.checks.check([g.image for g in usable], [g.prompt for g in usable], self.class_prompt)
+        for g, c in zip(usable, results):
+            g.meta["clip"] = {"class": c.class_name, "class_rank": c.class_rank, "class_present": c.class_present,
+                              "shift": c.shift_text, "shift_present": c.shift_present, **c.scores}
+            if not c.class_present:
+                # The object is not in the image: the classifier cannot be blamed for missing it.
+                g.valid = False
+            if c.shift_text and not c.shift_present:
+                g.unrendered = (*g.unrendered, c.shift_text)
+
+
+def to_uint8(images: Any) -> list[np.ndarray]:
+    """Pipeline output (float in [0, 1], or PIL) as uint8 (H, W, 3) arrays."""
+    out = []
+    for im in images:
+        a = np.asarray(im)
+        if a.dtype != np.uint8:
+            a = (np.clip(a, 0.0, 1.0) * 255.0).round().astype(np.uint8)
+        out.append(a[..., :3])
+    return out
+
+
+def load_class_token(pipe: Any, path: Path) -> list[str]:
+    """Load a textual-inversion embedding into the pipeline; the tokens it adds, in order.
+
+    Accepts the formats diffusers reads (``{token: tensor}``, A1111 ``string_to_param``, safetensors) and the
+    one Dataset Interfaces writes (``{"placeholder": (token, tensor)}``).
+    """
+    import torch
+
+    if not hasattr(pipe, "load_textual_inversion"):
+        raise BackendError(f"{type(pipe).__name__} cannot load textual-inversion class tokens.")
+    if path.suffix == ".safetensors":
+        from safetensors.torch import load_file
+
+        state: Any = load_file(str(path))
+    else:
+        try:
+            state = torch.load(str(path), map_location="cpu", weights_only=True)
+        except (RuntimeError, OSError, EOFError, ValueError) as e:
+            raise BackendError(f"class token {path}: cannot read it: {str(e).splitlines()[0]}") from None
+    if isinstance(state, dict) and "placeholder" in state and isinstance(state["placeholder"], (tuple, list)):
+        token, emb = state["placeholder"]
+        state = {str(token): emb}
+    if isinstance(state, dict) and "string_to_param" in state:
+        tokens = [f"<{path.stem}>"]
+        pipe.load_textual_inversion(state, token=tokens[0])
+        return tokens
+    if not isinstance(state, dict) or not state:
+        raise BackendError(f"class token {path}: not a textual-inversion embedding.")
+    tokens = [str(k) for k in state]
+    for token in tokens:
+        emb = state[token]
+        pipe.load_textual_inversion({token: emb.reshape(-1, emb.shape[-1])[0]}, token=token)
+    return tokens

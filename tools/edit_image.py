@@ -1,0 +1,40 @@
+"""Edit images into counterfactuals: the same image, changed only as the caption change says.
+
+Each image is edited from `source_caption` to `target_caption` (toyworld re-renders its scene with the changed
+attributes; real models use inversion + prompt-to-prompt), then both versions are classified. With several images,
+the flips are tested with the exact McNemar test (paired data): did the edit make the classifier fail?
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from tools import stats
+from tools.common import investigation
+from tools.counterfactual import Flip, edit_and_classify
+
+NAME = "edit_image"
+
+
+class Args(BaseModel):
+    images: list[str] = Field(description="Refs of images to edit (from earlier results).", min_length=1,
+                              max_length=64)
+    source_caption: str = Field(description="Caption that describes the images now.")
+    target_caption: str = Field(description="The same caption with one change, e.g. a new background.")
+
+
+class Result(BaseModel):
+    edits: list[Flip]
+    to_failure: int = Field(description="Images classified correctly before and wrongly after the edit.")
+    to_correct: int = Field(description="Images classified wrongly before and correctly after the edit.")
+    mcnemar: stats.McNemar | None = Field(None, description="Exact paired test, with two or more images.")
+
+
+def run(args: Args, ctx: object) -> Result:
+    inv = investigation(ctx)
+    gens = [inv.generation(ref) for ref in args.images]
+    flips, _ = edit_and_classify(inv, gens, args.source_caption, args.target_caption)
+    b = sum(1 for f in flips if not f.failed_before and f.failed_after)
+    c = sum(1 for f in flips if f.failed_before and not f.failed_after)
+    mc = stats.mcnemar_exact(b, c, alternative="greater") if len(flips) > 1 else None
+    return Result(edits=flips, to_failure=b, to_correct=c, mcnemar=mc)

@@ -1,0 +1,147 @@
+"""Measure a hypothesis: the failure rate of a caption against the class baseline, on fresh seeds.
+
+Images of the caption are sampled in batches (sequential test: stop early for success or futility, with the
+overall false-positive rate kept at alpha by alpha spending). The result gives both rates as k/n with 95% intervals,
+the rate ratio with its interval, the exact one-sided p-value, the p-value adjusted over every hypothesis tested so
+far in this investigation, and a verdict. `confirm=true` re-measures on the confirmation seeds (disjoint from all
+discovery seeds, against a confirmation baseline): a finding can only be recorded after a confirmation.
+`mode="counterfactual"` instead edits fresh class images to match the caption and tests the flips with the paired
+exact McNemar test: evidence that the captioned attribute itself causes the failures.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from tools import stats
+from tools.common import SampleSummary, investigation, summarise
+from tools.counterfactual import Flip, counterfactual_pairs
+from tools.investigation import Investigation, Purpose, Test, merge
+from tools.registry import ToolError
+
+NAME = "measure_rate"
+
+Verdict = Literal["supported", "not supported", "inconclusive"]
+
+
+class Args(BaseModel):
+    caption: str = Field(description="The hypothesis as a caption, e.g. 'a realistic photograph of a cat. it is in the snow.'")
+    target_label: str | None = Field(None, description="Suspected confusion label; its hit rate is reported too.")
+    confirm: bool = Field(False, description="Re-measure on fresh confirmation seeds (required before record_finding).")
+    mode: Literal["sample", "counterfactual"] = Field(
+        "sample", description="'sample': generate the caption; 'counterfactual': edit class images to the caption.")
+    max_n: int = Field(800, ge=20, le=5000, description="Most images to spend on the caption (sequential stopping).")
+    first_n: int = Field(100, ge=10, le=2000, description="Images at the first look.")
+    baseline_n: int = Field(1000, ge=50, le=20000, description="Least baseline size (class prompt, same seed space).")
+
+
+class Result(BaseModel):
+    test_id: str
+    caption: str
+    purpose: Purpose
+    mode: str
+    hypothesis: SampleSummary | None = None
+    baseline: stats.Rate
+    rate_ratio: stats.RatioCI | None = None
+    p_value: float = Field(description="One-sided exact p-value (valid under the sequential design).")
+    adjusted_p: float = Field(description="Adjusted over every hypothesis of this family so far.")
+    family_size: int
+    adjust_method: str
+    looks: list[int] = Field(default_factory=list, description="Sample sizes at which the test looked.")
+    stopped: str = ""
+    mcnemar: stats.McNemar | None = None
+    flips: list[Flip] = Field(default_factory=list)
+    measurement_id: str | None = None
+    verdict: Verdict
+    notes: list[str] = Field(default_factory=list)
+
+
+def run(args: Args, ctx: object) -> Result:
+    inv = investigation(ctx)
+    if inv.label.lower() not in args.caption.lower():
+        raise ToolError(f"the caption must name the class under audit ({inv.label!r}): {args.caption!r}")
+    purpose: Purpose = "confirmation" if args.confirm else "discovery"
+    if args.mode == "counterfactual":
+        return _counterfactual(inv, args, purpose)
+    return _sequential(inv, args, purpose)
+
+
+def _sequential(inv: Investigation, args: Args, purpose: Purpose) -> Result:
+    base = inv.baseline(purpose, args.baseline_n)
+    plan = stats.default_plan(args.max_n, first=min(args.first_n, args.max_n), alpha=inv.alpha)
+    alphas = plan.thresholds()
+    sample = None
+    p_seq = 1.0
+    looks: list[int] = []
+    stopped = "max_n"
+    for j, look_n in enumerate(plan.looks):
+        more = look_n - (sample.n if sample is not None else 0)
+        if more > inv.budget.left and sample is not None:
+            stopped = "budget"
+            break
+        fresh = inv.sample(args.caption, more, purpose=purpose, target_label=args.target_label,
+                           task=f"measuring ({purpose})")
+        sample = fresh if sample is None else merge(sample, fresh)
+        looks.append(look_n)
+        decision = plan.decide(j, sample.k, sample.n, base.k, base.n)
+        # min_j p_j * alpha / alpha_j is a valid p-value for the whole sequential test (union bound).
+        if alphas[j] > 0:
+            p_seq = min(p_seq, decision.p_value * inv.alpha / alphas[j])
+        if decision.action != "continue":
+            stopped = decision.action
+            break
+    assert sample is not None
+    p_seq = min(1.0, p_seq)
+    test = inv.add_test(Test(id=f"t{len(inv.tests) + 1}", caption=args.caption, purpose=purpose, p_value=p_seq,
+                             k1=sample.k, n1=sample.n, k0=base.k, n0=base.n))
+    m = inv.store(sample)
+    ratio = stats.rate_ratio(sample.k, sample.n, base.k, base.n)
+    family = [t for t in inv.tests if t.purpose == purpose]
+    notes = []
+    if sample.unrendered:
+        notes.append(f"the generator could not render: {', '.join(sample.unrendered)}; "
+                     "this caption was not fully tested")
+    verdict = _verdict(test.adjusted_p, inv.alpha, stopped, ratio)
+    test.verdict = verdict
+    return Result(
+        test_id=test.id, caption=args.caption, purpose=purpose, mode="sample",
+        hypothesis=summarise(sample, args.target_label), baseline=stats.binomial_rate(base.k, base.n),
+        rate_ratio=ratio, p_value=p_seq, adjusted_p=test.adjusted_p, family_size=len(family),
+        adjust_method=inv.adjust_method, looks=looks, stopped=stopped,
+        measurement_id=m.id, verdict=verdict, notes=notes,
+    )
+
+
+def _verdict(adjusted_p: float, alpha: float, action: str, ratio: stats.RatioCI) -> Verdict:
+    if adjusted_p <= alpha:
+        return "supported"
+    if action == "futility" or ratio.high < 1.5:
+        return "not supported"
+    return "inconclusive"
+
+
+def _counterfactual(inv: Investigation, args: Args, purpose: Purpose) -> Result:
+    n = min(args.max_n, 200)
+    base = inv.sample(inv.class_prompt, n, purpose=purpose, task=f"counterfactual ({purpose})")
+    flips, edited_failed = counterfactual_pairs(inv, base, inv.class_prompt, args.caption)
+    b = sum(1 for f in flips if not f.failed_before and f.failed_after)
+    c = sum(1 for f in flips if f.failed_before and not f.failed_after)
+    mc = stats.mcnemar_exact(b, c, alternative="greater")
+    k_after = sum(edited_failed)
+    test = inv.add_test(Test(id=f"t{len(inv.tests) + 1}", caption=args.caption, purpose=purpose,
+                             p_value=mc.p_value, k1=k_after, n1=len(flips), k0=base.k, n0=base.n,
+                             kind="counterfactual"))
+    ratio = stats.rate_ratio(k_after, len(flips), base.k, base.n)
+    verdict = _verdict(test.adjusted_p, inv.alpha, "stop", ratio)
+    test.verdict = verdict
+    family = [t for t in inv.tests if t.purpose == purpose]
+    return Result(
+        test_id=test.id, caption=args.caption, purpose=purpose, mode="counterfactual",
+        baseline=stats.binomial_rate(base.k, base.n), rate_ratio=ratio, p_value=mc.p_value,
+        adjusted_p=test.adjusted_p, family_size=len(family), adjust_method=inv.adjust_method,
+        mcnemar=mc, flips=[f for f in flips if f.failed_before != f.failed_after][:8], verdict=verdict,
+        notes=[f"{len(flips)} images edited from {inv.class_prompt!r}; after the edit "
+               f"{k_after}/{len(flips)} fail"],
+    )

@@ -1,0 +1,82 @@
+"""Record a finding: a failure hypothesis that survived correction and a confirmation on fresh seeds.
+
+The tool checks the evidence itself, so no planner can claim what the data does not support: the discovery test
+must be significant after adjustment over every hypothesis tested so far, and a confirmation test of the same
+caption, on seeds disjoint from discovery, must be significant after adjustment over all confirmations.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from tools import stats
+from tools.common import investigation
+from tools.investigation import Test, normalise_caption
+from tools.registry import ToolError
+
+NAME = "record_finding"
+
+
+class Args(BaseModel):
+    caption: str = Field(description="The failure hypothesis, as measured.")
+    discovery_test: str = Field(description="test_id of the measure_rate discovery result.")
+    confirmation_test: str = Field(description="test_id of the measure_rate result with confirm=true.")
+    counterfactual_test: str | None = Field(None, description="Optional test_id of a counterfactual measure_rate.")
+    summary: str = Field("", description="One or two sentences in plain words: what fails, how often, why.")
+
+
+class Evidence(BaseModel):
+    test_id: str
+    hypothesis: stats.Rate
+    baseline: stats.Rate
+    rate_ratio: stats.RatioCI
+    p_value: float
+    adjusted_p: float
+    kind: str
+
+
+class Result(BaseModel):
+    finding_id: str
+    caption: str
+    summary: str
+    confirmed: bool
+    discovery: Evidence
+    confirmation: Evidence
+    counterfactual: Evidence | None = None
+
+
+def evidence(t: Test) -> Evidence:
+    return Evidence(test_id=t.id, hypothesis=stats.binomial_rate(t.k1, t.n1), baseline=stats.binomial_rate(t.k0, t.n0),
+                    rate_ratio=stats.rate_ratio(t.k1, t.n1, t.k0, t.n0), p_value=t.p_value, adjusted_p=t.adjusted_p,
+                    kind=t.kind)
+
+
+def run(args: Args, ctx: object) -> Result:
+    inv = investigation(ctx)
+    d = inv.test(args.discovery_test)
+    c = inv.test(args.confirmation_test)
+    alpha = inv.alpha
+    if d.purpose != "discovery":
+        raise ToolError(f"{d.id} is a confirmation test; discovery_test must be a discovery measurement")
+    if c.purpose != "confirmation":
+        raise ToolError(f"{c.id} was measured on discovery seeds; re-measure with measure_rate(confirm=true)")
+    if normalise_caption(c.caption) != normalise_caption(args.caption):
+        raise ToolError(f"the confirmation {c.id} measured {c.caption!r}, not {args.caption!r}")
+    if d.adjusted_p > alpha:
+        raise ToolError(f"not recorded: discovery {d.id} has adjusted p = {d.adjusted_p:.3g} > {alpha} "
+                        f"({inv.adjust_method} over the hypotheses tested so far)")
+    if c.adjusted_p > alpha or c.k1 * c.n0 <= c.k0 * c.n1:
+        raise ToolError(f"not recorded: confirmation {c.id} is not significant (adjusted p = {c.adjusted_p:.3g}, "
+                        f"{c.k1}/{c.n1} vs baseline {c.k0}/{c.n0}); the effect did not replicate on fresh seeds")
+    cf = inv.test(args.counterfactual_test) if args.counterfactual_test else None
+    if any(normalise_caption(f["caption"]) == normalise_caption(args.caption) for f in inv.findings):
+        raise ToolError(f"a finding with this caption is already recorded: {args.caption!r}")
+    result = Result(
+        finding_id=f"f{len(inv.findings) + 1}", caption=args.caption, summary=args.summary, confirmed=True,
+        discovery=evidence(d), confirmation=evidence(c), counterfactual=evidence(cf) if cf else None,
+    )
+    inv.findings.append(result.model_dump(mode="json"))
+    emit = getattr(ctx, "emit", None)
+    if emit is not None:
+        emit({"kind": "finding", "finding_id": result.finding_id, "finding": result.model_dump(mode="json")})
+    return result
