@@ -44,6 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from tools.backends.base import BackendError
+
     # litellm fetches a model cost map at import unless told not to; sleuth works offline.
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     parser = build_parser()
@@ -54,6 +56,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args._run(args) or 0)
     except UsageError as e:
+        print(f"sleuth {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except BackendError as e:
+        # A missing model, an unusable world config, an image a backend cannot take: the user's to fix.
         print(f"sleuth {args.command}: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -9,7 +9,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from agent.backend_args import add_backend_arguments, build_backends, check_backend_args
 from agent.cli import UsageError
+from agent.planner_args import add_planner_arguments, build_planner, check_planner_args
 
 NAME = "investigate"
 HELP = "Investigate one class: find failure hypotheses, test, refine, confirm, and record findings."
@@ -19,7 +21,6 @@ MAX_BUDGET = 1_000_000
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--class", dest="label", required=True, help="Class to audit, e.g. cat.")
-    p.add_argument("--world", help="toyworld config file (YAML or JSON); default: the embedded world.")
     p.add_argument("--budget", type=int, default=20_000, help="Most images to generate (default 20000).")
     p.add_argument("--baseline-n", type=int, default=1000, help="Images for the class baseline (default 1000).")
     p.add_argument("--seed", type=int, default=0, help="Investigation seed (selects fresh image seeds).")
@@ -27,16 +28,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="Failure criterion: top-1 wrong, label not in top-3, or no top-3 label under the true "
                         "label's parent (Wiles et al.). Default top1.")
     p.add_argument("--alpha", type=float, default=0.05, help="Family-wise error level (default 0.05).")
-    p.add_argument("--planner", choices=["protocol"], default="protocol", help="Planner (default protocol).")
     p.add_argument("--runs", default="runs", help="Folder for run directories (default ./runs).")
     p.add_argument("--json", action="store_true", help="Print a JSON summary instead of the terminal report.")
     p.add_argument("--quiet", action="store_true", help="No live transcript, only the findings table.")
-
-
-def build_backends(args: argparse.Namespace) -> Any:
-    from tools.backends.toyworld import load_backends
-
-    return load_backends(args.world)
+    add_backend_arguments(p)
+    add_planner_arguments(p)
 
 
 def check_args(args: argparse.Namespace) -> None:
@@ -48,8 +44,8 @@ def check_args(args: argparse.Namespace) -> None:
         raise UsageError(f"--alpha must be in (0, 0.5), got {args.alpha}")
     if not 0 <= args.seed < 65536:
         raise UsageError(f"--seed must be in [0, 65535], got {args.seed}")
-    if args.world and not Path(args.world).is_file():
-        raise UsageError(f"world config not found: {args.world}")
+    check_planner_args(args)
+    check_backend_args(args)
 
 
 def summary(session: Any, result: Any, seconds: float) -> dict[str, Any]:
@@ -84,7 +80,6 @@ def summary(session: Any, result: Any, seconds: float) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from agent.planners.protocol import ProtocolPlanner
     from agent.progress import ProgressBars
     from agent.render import render_event
     from agent.report_table import findings_table
@@ -93,14 +88,15 @@ def run(args: argparse.Namespace) -> int:
 
     check_args(args)
     console = Console(stderr=args.json)
-    backends = build_backends(args)
+    bars = ProgressBars(console, enabled=not args.json and console.is_terminal)
+    with bars:
+        backends = build_backends(args, progress=bars.update)
     labels = backends.classifier.labels
     if args.label not in labels.labels:
         raise UsageError(labels.unknown_message(args.label))
     run_dir = new_run_dir(Path(args.runs), args.label, args.seed)
     config = {"class": args.label, "world": args.world, "budget": args.budget, "baseline_n": args.baseline_n,
               "seed": args.seed, "criterion": args.criterion, "alpha": args.alpha, "planner": args.planner}
-    bars = ProgressBars(console, enabled=not args.json and console.is_terminal)
     try:
         session = Session(backends=backends, label=args.label, run_dir=run_dir, config=config, seed=args.seed,
                           budget=args.budget, criterion=args.criterion, alpha=args.alpha, progress=bars.update)
@@ -112,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
             if renderable is not None:
                 bars.print(renderable)
         session.subscribers.append(show)
-    planner = ProtocolPlanner(args.label, backends.prompt_for(args.label), baseline_n=args.baseline_n)
+    planner = build_planner(args, backends, args.label)
     t0 = time.perf_counter()
     with bars:
         result = session.run(planner)

@@ -246,7 +246,11 @@ def load_world(path: str | Path | None = None) -> World:
             if p.parent == Path(".") and packaged.is_file():
                 p = Path(str(packaged))
             else:
-                raise BackendError(f"world config {path}: file not found")
+                names = sorted(f.name.removesuffix(".yaml") for f in
+                               resources.files("tools.backends.toyworld").joinpath("worlds").iterdir()
+                               if f.name.endswith(".yaml"))
+                raise BackendError(f"world config {path}: no such file, and not a packaged world "
+                                   f"({', '.join(names)})")
         text, where = p.read_text(), str(path)
     try:
         data = json.loads(text) if where.endswith(".json") else yaml.safe_load(text)
