@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata
+import os
 import platform
 import time
 from collections.abc import Callable
@@ -28,6 +29,7 @@ from tools import (
 )
 from tools.artifacts import ArtifactStore
 from tools.backends.base import Backends
+from tools.cache import PredictionCache, default_path
 from tools.context import ToolContext
 from tools.investigation import Budget, Investigation
 from tools.registry import Registry, tool_from_module
@@ -59,6 +61,19 @@ def new_run_dir(root: Path, label: str, seed: int) -> Path:
     return path
 
 
+_SHARED: dict[str, PredictionCache] = {}
+
+
+def shared_cache() -> PredictionCache:
+    """One prediction cache per process and path: on disk under $SLEUTH_CACHE unless SLEUTH_NO_CACHE=1."""
+    if os.environ.get("SLEUTH_NO_CACHE", "") not in ("", "0"):
+        return PredictionCache()
+    path = default_path()
+    if str(path) not in _SHARED:
+        _SHARED[str(path)] = PredictionCache(path)
+    return _SHARED[str(path)]
+
+
 @dataclass
 class Session:
     """One investigation of one class, wired to its transcript."""
@@ -73,16 +88,20 @@ class Session:
     alpha: float = 0.05
     progress: Callable[[str, int, int], None] | None = None
     subscribers: list[Callable[[Any], None]] = field(default_factory=list)
+    cache: PredictionCache | None = None
+    """Prediction cache; default: the shared one under $SLEUTH_CACHE (in memory only if SLEUTH_NO_CACHE=1)."""
     investigation: Investigation = field(init=False)
     ctx: ToolContext = field(init=False)
 
     def __post_init__(self) -> None:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.artifacts = ArtifactStore(self.run_dir / "artifacts")
+        if self.cache is None:
+            self.cache = shared_cache()
         self.investigation = Investigation(
             backends=self.backends, label=self.label, criterion=self.criterion,  # type: ignore[arg-type]
             alpha=self.alpha, budget=Budget(images=self.budget), artifacts=self.artifacts,
-            progress=self.progress, seed=self.seed,
+            progress=self.progress, seed=self.seed, cache=self.cache,
         )
         self.ctx = ToolContext(artifacts=self.artifacts)
         self.ctx.investigation = self.investigation  # type: ignore[attr-defined]

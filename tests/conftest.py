@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,6 +22,18 @@ from agent.events import (
     UserMessage,
 )
 from agent.transcript import TranscriptWriter
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _private_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Tests (and the commands they start) use a cache of their own, never the user's ~/.cache/sleuth."""
+    old = os.environ.get("SLEUTH_CACHE")
+    os.environ["SLEUTH_CACHE"] = str(tmp_path_factory.mktemp("sleuth-cache"))
+    yield
+    if old is None:
+        os.environ.pop("SLEUTH_CACHE", None)
+    else:
+        os.environ["SLEUTH_CACHE"] = old
 
 
 @pytest.fixture()

@@ -111,6 +111,6 @@ def fake_backends() -> Backends:
     return Backends(
         generator=FakeGenerator(), classifier=FakeClassifier(), captioner=FakeCaptioner(),
         embedder=FakeEmbedder(), editor=FakeEditor(),
-        vocabulary=Vocabulary(background=["snow", "grass", "sand"], adjective=["white", "orange"],
+        vocabulary=Vocabulary(background=["in the snow", "in the grass", "on the sand"], adjective=["white", "orange"],
                               domain=["pencil sketch", "painting"], object=["a ball"], subject=["small"]),
     )

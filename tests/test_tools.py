@@ -184,3 +184,37 @@ def test_perturb_caption_with_llm_validates_the_reply(ctx):
     ctx.llm = lambda prompt: "sure! here are some edits"
     with pytest.raises(ToolError, match="JSON"):
         call(ctx, "perturb_caption", caption="a photo of a cat on grass.")
+
+
+def test_predictions_are_cached_by_backend_prompt_and_seed(tmp_path):
+    from tools.cache import PredictionCache
+
+    cache = PredictionCache(tmp_path / "predictions.sqlite")
+    backends = fake_backends()
+    calls = []
+    generate = backends.generator.generate
+    backends.generator.generate = lambda prompts, seeds: calls.append(len(seeds)) or generate(prompts, seeds)
+
+    def measure():
+        inv = Investigation(backends=backends, label="cat", budget=Budget(images=5000), cache=cache)
+        return inv, inv.sample(SNOW, 300)
+
+    inv1, first = measure()
+    assert sum(calls) == 300 and cache.misses == 300
+    calls.clear()
+    # A new cache object on the same file: what a re-run, a resume or `replay --verify` sees.
+    cache = PredictionCache(tmp_path / "predictions.sqlite")
+    inv2, second = measure()
+    assert cache.hits == 300 and sum(calls) == 0
+    assert second.k == first.k and second.labels == first.labels and second.topk == first.topk
+    # Images needed later (failures to store) are generated again from their seeds, identical.
+    m = inv2.store(second)
+    assert sum(calls) == second.k + inv2.store_successes
+    i = int(np.flatnonzero(second.failed)[0])
+    assert np.array_equal(second.generations[i].image, first.generations[i].image)
+    assert inv2.artifacts is None and m.image_refs[i] is not None
+    # Another prompt or another classifier id is another key.
+    backends.classifier.id = "fake-clf-v2"
+    calls.clear()
+    measure()
+    assert sum(calls) == 300

@@ -82,7 +82,7 @@ def run(args: Args, ctx: object) -> Result:
     for i in idx:
         by_label.setdefault(s.labels[i], []).append(i)
     for label, members in sorted(by_label.items(), key=lambda kv: -len(kv[1])):
-        images = [s.generations[i].image for i in members]
+        images = [g.image for g in s.images(members)]
         feats = np.asarray(backends.embedder.embed(images))
         assign = cluster(feats, args.max_clusters)
         captions = backends.captioner.captions(images, class_prompt)

@@ -23,8 +23,8 @@ class Flip(BaseModel):
 
 def counterfactual_pairs(inv: Investigation, sample: Sample, source: str, target: str) -> tuple[list[Flip], list[bool]]:
     """Edit every valid image of ``sample`` from ``source`` to ``target`` and classify the edits."""
-    gens = [g for g in sample.generations if g.valid]
     idx = [i for i, ok in enumerate(sample.valid) if ok]
+    gens = sample.images(idx)
     return edit_and_classify(inv, gens, source, target, before=[sample.topk[i] for i in idx],
                              failed_before=[bool(sample.failed[i]) for i in idx])
 

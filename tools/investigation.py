@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -15,6 +15,7 @@ from tools import stats
 from tools.artifacts import ArtifactStore
 from tools.backends.base import Backends, Generation, LabelSpace
 from tools.backends.criteria import failed as failed_by_criterion
+from tools.cache import PredictionCache, Prediction
 from tools.registry import ToolError
 
 Criterion = Literal["top1", "topk", "parent"]
@@ -56,7 +57,19 @@ class Sample:
     valid: np.ndarray
     target_hits: np.ndarray
     unrendered: list[str]
-    generations: list[Generation]
+    generations: list[Generation | None]
+    """Images that were generated in this process; None where the prediction came from the cache."""
+    generator: Any = field(default=None, repr=False)
+
+    def images(self, indices: Sequence[int], batch: int = 64) -> list[Generation]:
+        """The generations at ``indices``, generating again (same prompt and seed) those not held in memory."""
+        missing = [i for i in indices if self.generations[i] is None]
+        for start in range(0, len(missing), batch):
+            chunk = missing[start:start + batch]
+            out = self.generator.generate([self.prompt] * len(chunk), [self.seeds[i] for i in chunk])
+            for i, g in zip(chunk, out):
+                self.generations[i] = g
+        return [self.generations[i] for i in indices]  # type: ignore[misc]
 
     @property
     def n(self) -> int:
@@ -118,6 +131,8 @@ class Investigation:
     """Called as (task, done, total) during long work; the terminal UI draws bars from it."""
     seed: int = 0
     """Investigation seed: selects this investigation's block of image seeds."""
+    cache: PredictionCache | None = None
+    """Predictions by (backend ids, prompt, seed); None: a private in-memory cache."""
     _next_seed: dict[str, int] = field(default_factory=dict)
     measurements: dict[str, Measurement] = field(default_factory=dict)
     generations: dict[str, Generation] = field(default_factory=dict)
@@ -132,6 +147,8 @@ class Investigation:
         if not 0 <= self.seed < (1 << 16):
             raise ToolError(f"investigation seed must be in [0, 65535], got {self.seed}")
         self._next_seed = dict(self.seed_bases())
+        if self.cache is None:
+            self.cache = PredictionCache()
 
     def seed_bases(self) -> dict[str, int]:
         start = self.seed * SEEDS_PER_INVESTIGATION
@@ -163,47 +180,58 @@ class Investigation:
             raise ToolError(self.labels.unknown_message(target_label))
         self.budget.spend(n)
         seeds = self.allocate_seeds(n, purpose)
-        gens: list[Generation] = []
-        labels: list[str] = []
-        topk: list[list[str]] = []
-        failed = np.zeros(n, dtype=bool)
-        valid = np.ones(n, dtype=bool)
-        unrendered: list[str] = []
-        for start in range(0, n, batch):
-            chunk = seeds[start:start + batch]
-            out = self.backends.generator.generate([prompt] * len(chunk), chunk)
-            gens.extend(out)
-            for g in out:
-                for w in g.unrendered:
-                    if w not in unrendered:
-                        unrendered.append(w)
-            images = [g.image for g in out]
-            logits = np.asarray(self.backends.classifier.logits(images))
-            order = np.argsort(-logits, axis=1)[:, : max(self.top_k, 1)]
-            bad = failed_by_criterion(logits, self.label, self.labels, self.criterion, k=self.top_k)
-            for i, g in enumerate(out):
-                names = [self.labels.labels[j] for j in order[i]]
-                idx = start + i
-                labels.append(names[0])
-                topk.append(names)
-                failed[idx] = bool(bad[i]) and g.valid
-                valid[idx] = g.valid
+        gen, clf = self.backends.generator, self.backends.classifier
+        cacheable = getattr(gen, "cacheable", True) and getattr(clf, "cacheable", True)
+        n_labels = len(self.labels.labels)
+        gens: list[Generation | None] = [None] * n
+        preds: list[Prediction | None] = [None] * n
+        if cacheable:
+            assert self.cache is not None
+            preds = self.cache.get_many(gen.id, clf.id, prompt, seeds)
+        todo = [i for i, p in enumerate(preds) if p is None]
+        done = n - len(todo)
+        for start in range(0, len(todo), batch):
+            chunk = todo[start:start + batch]
+            out = gen.generate([prompt] * len(chunk), [seeds[i] for i in chunk])
+            logits = np.asarray(clf.logits([g.image for g in out]))
+            fresh = []
+            for i, g, row in zip(chunk, out, logits):
+                gens[i] = g
+                preds[i] = Prediction.from_logits(row, g.valid, g.unrendered)
+                fresh.append((seeds[i], preds[i]))
+            if cacheable:
+                assert self.cache is not None
+                self.cache.put_many(gen.id, clf.id, prompt, fresh)
+            done += len(chunk)
             if self.progress is not None:
-                self.progress(task, min(start + batch, n), n)
+                self.progress(task, done, n)
+        rows = np.stack([p.logits(n_labels) for p in preds])  # type: ignore[union-attr]
+        bad = failed_by_criterion(rows, self.label, self.labels, self.criterion, k=self.top_k)
+        k = max(self.top_k, 1)
+        topk = [[self.labels.labels[j] for j in p.indices[:k]] for p in preds]  # type: ignore[union-attr]
+        labels = [t[0] for t in topk]
+        valid = np.array([p.valid for p in preds], dtype=bool)  # type: ignore[union-attr]
+        failed = bad.astype(bool) & valid
+        unrendered: list[str] = []
+        for p in preds:
+            for w in p.unrendered:  # type: ignore[union-attr]
+                if w not in unrendered:
+                    unrendered.append(w)
         hits = np.array([lab == target_label for lab in labels], dtype=bool) if target_label else np.zeros(n, bool)
-        return Sample(prompt, seeds, labels, topk, failed, valid, hits & valid, unrendered, gens)
+        return Sample(prompt, seeds, labels, topk, failed, valid, hits & valid, unrendered, gens, gen)
 
     def store(self, sample: Sample) -> Measurement:
         """Keep a sample under a new id; failures (and a few successes) go to the artifact store."""
         mid = f"m{len(self.measurements) + 1}"
-        refs: list[str | None] = []
+        keep: list[int] = []
         kept_ok = 0
-        for g, bad in zip(sample.generations, sample.failed):
-            keep = bool(bad) or kept_ok < self.store_successes
-            if not bad:
-                kept_ok += keep
-            ref = self.put_image(g) if keep else None
-            refs.append(ref)
+        for i, bad in enumerate(sample.failed):
+            if bad or kept_ok < self.store_successes:
+                keep.append(i)
+                kept_ok += not bad
+        refs: list[str | None] = [None] * len(sample.seeds)
+        for i, g in zip(keep, sample.images(keep)):
+            refs[i] = self.put_image(g)
         m = Measurement(mid, sample, refs)
         self.measurements[mid] = m
         return m
@@ -279,6 +307,7 @@ def merge(a: Sample, b: Sample) -> Sample:
         np.concatenate([a.target_hits, b.target_hits]),
         a.unrendered + [w for w in b.unrendered if w not in a.unrendered],
         a.generations + b.generations,
+        a.generator if a.generator is not None else b.generator,
     )
 
 

@@ -31,7 +31,7 @@ ALL_TYPES: tuple[EditType, ...] = ("subject", "object", "background", "adjective
 class Args(BaseModel):
     caption: str = Field(description="The caption to perturb; it must name the class under audit.")
     types: list[EditType] = Field(default_factory=lambda: list(ALL_TYPES), description="LANCE edit types wanted.")
-    n: int = Field(2, ge=1, le=10, description="Most edits per type.")
+    n: int = Field(2, ge=1, le=20, description="Most edits per type.")
     refinements: bool = Field(True, description="Also return Wiles et al.'s refinements (single sentences, "
                                                 "adjectives dropped).")
 
@@ -92,7 +92,7 @@ def vocabulary_edits(caption: str, label: str, vocab: Vocabulary, types: list[Ed
 
     for kind in types:
         if kind == "background":
-            swap_or_add(kind, vocab.background + vocab.lighting, "the background is {w}")
+            swap_or_add(kind, vocab.background + vocab.lighting, "it is {w}")
         elif kind == "object":
             swap_or_add(kind, vocab.object, "there is {w} next to it")
         elif kind == "adjective":

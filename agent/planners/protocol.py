@@ -30,6 +30,17 @@ def _ratio(r: dict[str, Any] | None) -> str:
     return f"{r['ratio']:.3g}x [{r['low']:.3g}, {r['high']:.3g}]"
 
 
+def _top_confusion(r: dict[str, Any]) -> str | None:
+    conf = (r.get("hypothesis") or {}).get("confusions") or []
+    return conf[0]["label"] if conf else None
+
+
+def _same(r: dict[str, Any]) -> Generator[Turn, Results, dict]:
+    """A caption with one attribute sentence is already as short as it gets."""
+    return r
+    yield  # pragma: no cover - makes this a generator
+
+
 def _n_sentences(caption: str) -> int:
     return len([s for s in caption.split(".") if s.strip()])
 
@@ -39,14 +50,25 @@ class ProtocolPlanner:
 
     name = "protocol"
 
+    explore_types = ("background", "domain", "object", "adjective")
+
     def __init__(self, label: str, class_prompt: str, *, baseline_n: int = 1000, max_hypotheses: int = 6,
-                 max_refine: int = 3, max_n: int = 800) -> None:
+                 max_refine: int = 6, max_n: int = 800, explore_n: int = 12, explore_max_n: int = 400,
+                 explore_first_n: int = 50, explore: bool = True, refine: bool = True,
+                 counterfactual: bool = True, name: str = "protocol") -> None:
+        self.name = name
+        self.explore = explore
+        self.refine = refine
+        self.counterfactual = counterfactual
         self.label = label
         self.class_prompt = class_prompt
         self.baseline_n = baseline_n
         self.max_hypotheses = max_hypotheses
         self.max_refine = max_refine
         self.max_n = max_n
+        self.explore_n = explore_n
+        self.explore_max_n = explore_max_n
+        self.explore_first_n = explore_first_n
         self._script: Script | None = None
         self._calls = 0
 
@@ -90,51 +112,75 @@ class ProtocolPlanner:
             return
         s = base["summary"]
         confusions = ", ".join(f"{c['label']} ({c['count']})" for c in s["confusions"]) or "none"
-        if s["failures"]["k"] == 0:
-            yield self._finish(f"No failures among {_pct(s['failures'])} baseline images of {label}; "
-                               "there is nothing to caption, so no hypothesis was formed.")
-            return
-        (caps,) = yield self._turn(
+        calls = [self._call("perturb_caption", caption=prompt, types=list(self.explore_types), n=self.explore_n,
+                            refinements=False)] if self.explore else []
+        if s["failures"]["k"] > 0:
+            calls.insert(0, self._call("caption_failures", measurement_id=base["measurement_id"]))
+        results = yield self._turn(
             f"Baseline failure rate {_pct(s['failures'])}; the classifier's wrong answers: {confusions}. "
-            "I caption the failed images, clustered by predicted label and appearance, to form hypotheses.",
-            self._call("caption_failures", measurement_id=base["measurement_id"]),
-        )
+            + ("I caption the failed images, clustered by predicted label and appearance, to form hypotheses. "
+               if s["failures"]["k"] > 0 else "There are no failures to caption. ")
+            + ("Attributes that are rare among the class's natural images rarely show up among its failures, so I "
+               "also perturb the class prompt one attribute at a time (LANCE: background, domain, co-occurring "
+               "object, colour) and test each perturbation as a hypothesis of its own." if self.explore else ""),
+            *calls,
+        ) if calls else []
+        caps = results[0] if s["failures"]["k"] > 0 else {}
+        pert = results[-1] if self.explore else {}
         hyps = self._unique(caps.get("hypotheses", []))[: self.max_hypotheses]
-        if not hyps:
-            yield self._finish(f"Baseline {_pct(s['failures'])}, but the failures formed no cluster large enough "
-                               "to caption; no hypothesis was tested.")
+        explore = [e["caption"] for e in pert.get("edits", [])]
+        seen = {" ".join(h["caption"].lower().split()) for h in hyps}
+        explore = [c for c in explore if " ".join(c.lower().split()) not in seen]
+        if not hyps and not explore:
+            yield self._finish(f"Baseline {_pct(s['failures'])}; no caption cluster and no perturbation to test.")
             return
         listing = "; ".join(f"{h['caption']!r} ({h['n_images']} images, predicted {h['predicted_label']})"
-                            for h in hyps)
+                            for h in hyps) or "none"
         measured = yield self._turn(
-            f"{len(hyps)} hypotheses, largest cluster first: {listing}. I measure each on fresh seeds against the "
-            "baseline; sequential stopping spends few images on hypotheses that show no effect.",
+            f"{len(hyps)} caption hypotheses, largest cluster first: {listing}. And {len(explore)} single-attribute "
+            "perturbations. I measure each on fresh seeds against the baseline; sequential stopping spends few "
+            "images on hypotheses that show no effect, and every p-value is adjusted over the whole family.",
             *[self._call("measure_rate", caption=h["caption"], target_label=h["predicted_label"], max_n=self.max_n)
               for h in hyps],
+            *[self._call("measure_rate", caption=c, max_n=self.explore_max_n, first_n=self.explore_first_n)
+              for c in explore],
         )
         tested: dict[str, dict[str, Any]] = {}
-        for h, r in zip(hyps, measured):
+        targets = [h["predicted_label"] for h in hyps] + [None] * len(explore)
+        for c, target, r in zip([h["caption"] for h in hyps] + explore, targets, measured):
             if "error" not in r:
-                tested[h["caption"]] = {**r, "_target": h["predicted_label"]}
+                tested[c] = {**r, "_target": target or _top_confusion(r)}
         supported = sorted((r for r in tested.values() if r["verdict"] == "supported"),
-                           key=lambda r: -r["rate_ratio"]["low"])[: self.max_refine]
-        summary = "; ".join(f"{c!r}: {_ratio(r['rate_ratio'])}, adjusted p={r['adjusted_p']:.2g}, {r['verdict']}"
-                            for c, r in tested.items())
+                           key=lambda r: -r["rate_ratio"]["low"])
+        summary = "; ".join(f"{c!r}: {_ratio(r['rate_ratio'])}, adjusted p={r['adjusted_p']:.2g}"
+                            for c, r in tested.items() if r["verdict"] == "supported")
         if not supported:
-            yield self._finish(f"Baseline {_pct(s['failures'])}. No hypothesis was supported after correction: "
-                               f"{summary}.")
+            yield self._finish(f"Baseline {_pct(s['failures'])}. None of {len(tested)} hypotheses was supported "
+                               "after correction for the whole family.")
             return
 
         findings: list[str] = []
+        done: set[str] = set()
+        attempts = 0
+        yield self._turn(f"{len(supported)} of {len(tested)} hypotheses are supported after correction: {summary}. "
+                         f"I refine and confirm the strongest (at most {self.max_refine}).")
         for r in supported:
-            refined = yield from self._refine(r, tested)
+            if attempts == self.max_refine:
+                break
+            refined = yield from (self._refine(r, tested) if self.refine and _n_sentences(r["caption"]) > 2
+                                  else _same(r))
+            key = " ".join(refined["caption"].lower().split())
+            if key in done:
+                continue
+            done.add(key)
+            attempts += 1
             confirmed = yield from self._mechanism_and_confirm(refined, tested)
             if confirmed:
                 findings.append(confirmed)
         ruled_out = [c for c, r in tested.items() if r["verdict"] != "supported"]
         text = (f"Baseline for {label}: {_pct(s['failures'])}. "
                 + (f"Confirmed findings: {'; '.join(findings)}. " if findings else "No finding was confirmed. ")
-                + (f"Not supported: {'; '.join(repr(c) for c in ruled_out)}." if ruled_out else ""))
+                + f"{len(ruled_out)} of {len(tested)} hypotheses were not supported.")
         yield self._finish(text)
 
     def _unique(self, hyps: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -155,7 +201,8 @@ class ProtocolPlanner:
             "(each sentence alone, adjectives dropped).",
             self._call("perturb_caption", caption=caption, types=[], refinements=True),
         )
-        candidates = [e["caption"] for e in pert.get("refinements", []) if e["caption"] not in tested]
+        proposed = [e["caption"] for e in pert.get("refinements", [])]
+        candidates = [c for c in proposed if c not in tested]
         if candidates:
             results = yield self._turn(
                 f"Measuring {len(candidates)} refinements: " + "; ".join(repr(c) for c in candidates) + ".",
@@ -164,13 +211,16 @@ class ProtocolPlanner:
             for c, res in zip(candidates, results):
                 if "error" not in res:
                     tested[c] = {**res, "_target": target}
-        family = [tested[c] for c in [caption, *candidates] if c in tested and tested[c]["verdict"] == "supported"]
+        # Refinements measured earlier (e.g. as single-attribute perturbations) count too.
+        family = [tested[c] for c in [caption, *proposed] if c in tested and tested[c]["verdict"] == "supported"]
         # Shortest caption first; among equals, the one whose effect is surely largest.
         return min(family, key=lambda x: (_n_sentences(x["caption"]), len(x["caption"]), -x["rate_ratio"]["low"]))
 
     def _mechanism_and_confirm(self, r: dict[str, Any], tested: dict[str, dict[str, Any]]
                                ) -> Generator[Turn, Results, str | None]:
         caption, target = r["caption"], r["_target"]
+        if not self.counterfactual:
+            return (yield from self._confirm(r, None, "no counterfactual test in this procedure"))
         (pert,) = yield self._turn(
             f"Refined hypothesis {caption!r} ({_ratio(r['rate_ratio'])}). To test the mechanism I edit fresh class "
             "images so that only the captioned attribute changes (paired McNemar test), and I measure a LANCE "
@@ -191,6 +241,11 @@ class ProtocolPlanner:
         cf_text = (f"edits flipped {cf['mcnemar']['b']} images to failure and {cf['mcnemar']['c']} back "
                    f"(McNemar p={cf['mcnemar']['p_value']:.2g})" if "error" not in cf and cf.get("mcnemar")
                    else f"counterfactual unavailable ({cf.get('error', 'no result')})")
+        return (yield from self._confirm(r, cf if "error" not in cf else None, cf_text))
+
+    def _confirm(self, r: dict[str, Any], cf: dict[str, Any] | None, cf_text: str
+                 ) -> Generator[Turn, Results, str | None]:
+        caption, target = r["caption"], r["_target"]
         (conf,) = yield self._turn(
             f"Mechanism: {cf_text}. Now the confirmation: the same caption on fresh seeds, disjoint from every "
             "image used so far.",
@@ -205,7 +260,7 @@ class ProtocolPlanner:
             f"(adjusted p={conf['adjusted_p']:.2g}). Recording the finding.",
             self._call("record_finding", caption=caption, discovery_test=r["test_id"],
                        confirmation_test=conf["test_id"],
-                       counterfactual_test=cf["test_id"] if "error" not in cf else None,
+                       counterfactual_test=cf["test_id"] if cf is not None else None,
                        summary=f"{caption!r} fails {_pct(conf['hypothesis']['failures'])}, "
                                f"{_ratio(conf['rate_ratio'])} the baseline; {cf_text}."),
         )

@@ -22,7 +22,7 @@ class ToyGenerator:
             raise BackendError(f"toyworld renders 32 to 128 px images, not {size}")
         self.world = world
         self.size = size
-        self.id = f"toyworld-render:{world.name}:{size}px"
+        self.id = f"toyworld-render:{world.name}:{world.config_hash()[:8]}:{size}px"
         self._renderer: Renderer | None = None
         self._lexicon: Lexicon | None = None
         self._parsed: dict[str, ParsedPrompt] = {}

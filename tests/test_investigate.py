@@ -1,0 +1,86 @@
+"""`sleuth investigate` end to end on toyworld's default world: findings, JSON, errors, interruption."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from agent.cli import main
+from agent.transcript import read_transcript
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def investigate(capsys, tmp_path, *args: str) -> dict:
+    code = main(["investigate", "--runs", str(tmp_path), "--json", *args])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    return json.loads(out)
+
+
+def test_cat_investigation_confirms_cat_in_snow(capsys, tmp_path):
+    out = investigate(capsys, tmp_path, "--class", "cat")
+    assert {"class", "images", "transcript", "findings"} <= set(out)
+    assert out["class"] == "cat" and 0 < out["images"] <= 20_000
+    snow = [f for f in out["findings"] if "snow" in f["caption"]]
+    assert snow, [f["caption"] for f in out["findings"]]
+    f = snow[0]
+    assert f["confirmed"] and f["adjusted_p"] < 0.05 and f["confirmation_adjusted_p"] < 0.05
+    assert f["rate_ratio"] > 5 and f["rate_ratio_ci"][0] > 1
+    assert f["hypothesis"]["k"] / f["hypothesis"]["n"] > f["baseline"]["k"] / f["baseline"]["n"]
+    events = read_transcript(out["transcript"])
+    assert events[0].kind == "run_started" and events[-1].kind == "run_finished"
+    assert sum(e.kind == "finding" for e in events) == len(out["findings"])
+    # Images of every failure the planner looked at are in the artifact store beside the transcript.
+    refs = {r for e in events if e.kind == "tool_returned" for r in e.artifacts}
+    assert refs and all((Path(out["transcript"]).parent / "artifacts" / r[:2] / f"{r}.png").is_file() for r in refs)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--class", "kat"], "Did you mean: cat"),
+    (["--class", "cat", "--budget", "0"], "--budget"),
+    (["--class", "cat", "--budget", "99999999"], "--budget"),
+    (["--class", "cat", "--world", "no-such-world"], "not a packaged world"),
+])
+def test_bad_input_is_one_line_and_exit_2(capsys, tmp_path, args, message):
+    assert main(["investigate", "--runs", str(tmp_path), *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+def test_malformed_world_config_is_one_line(capsys, tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("classes: [cat\n")
+    assert main(["investigate", "--runs", str(tmp_path), "--class", "cat", "--world", str(bad)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "not valid YAML" in err and len(err.splitlines()) == 1
+
+
+def test_ctrl_c_leaves_a_valid_transcript(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "agent", "investigate", "--class", "cat", "--quiet",
+                             "--runs", str(tmp_path)], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # Wait until the run has written a few events, then interrupt it as a terminal's Ctrl-C would.
+    deadline = time.time() + 120
+    transcript = None
+    while time.time() < deadline:
+        found = list(tmp_path.glob("*/transcript.jsonl"))
+        if found and found[0].read_text().count("\n") >= 4:
+            transcript = found[0]
+            break
+        time.sleep(0.05)
+    assert transcript is not None, "the run wrote no events"
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "interrupted" in err and "Traceback" not in err
+    events = read_transcript(transcript)
+    assert events[-1].kind == "run_finished" and events[-1].status == "interrupted"

@@ -1,0 +1,124 @@
+"""Predictions cached by (generator id, classifier id, prompt, seed).
+
+Generation is the expensive step of every investigation and it is deterministic given the backends, the prompt and
+the seed, so its outcome (the classifier's top predictions, the image's validity, the words the generator could not
+render) is kept and reused: by a re-run with the same seeds, by `replay --verify`, by a resumed or forked run, and
+by benchmark planners that share baseline seeds. Images themselves are not kept; the few a tool needs (failures to
+caption or store, images to edit) are generated again from their seeds.
+
+The store is an SQLite file (safe under concurrent readers and a killed writer) with an in-memory layer in front.
+Only the top ``TOP`` logits of each image are kept: every failure criterion reads the top-k order only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sqlite3
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+TOP = 32
+"""Logits kept per image; criteria look at the top k <= TOP."""
+
+
+@dataclass(frozen=True)
+class Prediction:
+    indices: np.ndarray
+    """int32 (m,): label indices, highest logit first."""
+    values: np.ndarray
+    """float32 (m,): their logits."""
+    valid: bool
+    unrendered: tuple[str, ...]
+
+    def logits(self, n_labels: int) -> np.ndarray:
+        """A full logit row for criteria: the kept logits in place, everything else below them."""
+        row = np.full(n_labels, np.finfo(np.float32).min, np.float32)
+        row[self.indices] = self.values
+        return row
+
+    @classmethod
+    def from_logits(cls, row: np.ndarray, valid: bool, unrendered: Sequence[str]) -> Prediction:
+        row = np.asarray(row, np.float32)
+        order = np.argsort(-row, kind="stable")[:TOP].astype(np.int32)
+        return cls(order, row[order], bool(valid), tuple(unrendered))
+
+
+def default_path() -> Path:
+    root = os.environ.get("SLEUTH_CACHE")
+    base = Path(root) if root else Path.home() / ".cache" / "sleuth"
+    return base / "predictions.sqlite"
+
+
+def _key(generator_id: str, classifier_id: str, prompt: str) -> str:
+    return hashlib.sha256(f"{generator_id}\x1f{classifier_id}\x1f{prompt}".encode()).hexdigest()[:32]
+
+
+class PredictionCache:
+    """Thread-safe cache of predictions; ``path=None`` keeps it in memory only."""
+
+    def __init__(self, path: str | Path | None = None) -> None:
+        self.path = Path(path) if path is not None else None
+        self._mem: dict[tuple[str, int], Prediction] = {}
+        self._lock = threading.Lock()
+        self._db: sqlite3.Connection | None = None
+        self.hits = 0
+        self.misses = 0
+        if self.path is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(self.path, timeout=30, check_same_thread=False, isolation_level=None)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.execute(
+                "CREATE TABLE IF NOT EXISTS predictions (key TEXT NOT NULL, seed INTEGER NOT NULL, "
+                "indices BLOB NOT NULL, vals BLOB NOT NULL, valid INTEGER NOT NULL, unrendered TEXT NOT NULL, "
+                "PRIMARY KEY (key, seed)) WITHOUT ROWID")
+
+    def get_many(self, generator_id: str, classifier_id: str, prompt: str,
+                 seeds: Sequence[int]) -> list[Prediction | None]:
+        key = _key(generator_id, classifier_id, prompt)
+        out: list[Prediction | None] = [self._mem.get((key, s)) for s in seeds]
+        missing = [s for s, p in zip(seeds, out) if p is None]
+        if missing and self._db is not None:
+            found: dict[int, Prediction] = {}
+            with self._lock:
+                for chunk in _chunks(missing, 500):
+                    rows = self._db.execute(
+                        f"SELECT seed, indices, vals, valid, unrendered FROM predictions WHERE key=? AND seed IN "
+                        f"({','.join('?' * len(chunk))})", (key, *chunk)).fetchall()
+                    for seed, ind, val, valid, unr in rows:
+                        found[int(seed)] = Prediction(np.frombuffer(ind, np.int32), np.frombuffer(val, np.float32),
+                                                      bool(valid), tuple(w for w in unr.split("\x1f") if w))
+            for i, s in enumerate(seeds):
+                if out[i] is None and s in found:
+                    out[i] = self._mem[(key, s)] = found[s]
+        hits = sum(p is not None for p in out)
+        self.hits += hits
+        self.misses += len(out) - hits
+        return out
+
+    def put_many(self, generator_id: str, classifier_id: str, prompt: str,
+                 items: Iterable[tuple[int, Prediction]]) -> None:
+        key = _key(generator_id, classifier_id, prompt)
+        rows = []
+        for seed, p in items:
+            self._mem[(key, seed)] = p
+            rows.append((key, int(seed), p.indices.tobytes(), p.values.tobytes(), int(p.valid),
+                         "\x1f".join(p.unrendered)))
+        if self._db is not None and rows:
+            with self._lock:
+                self._db.executemany("INSERT OR REPLACE INTO predictions VALUES (?, ?, ?, ?, ?, ?)", rows)
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+
+def _chunks(items: Sequence[int], size: int) -> Iterable[Sequence[int]]:
+    for i in range(0, len(items), size):
+        yield items[i:i + size]
