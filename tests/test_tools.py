@@ -218,3 +218,17 @@ def test_predictions_are_cached_by_backend_prompt_and_seed(tmp_path):
     calls.clear()
     measure()
     assert sum(calls) == 300
+
+
+def test_measure_rate_makes_its_last_affordable_look_final(tmp_path):
+    # Baseline 1000 + first look 100 leave 90 images: the 200-image look is unaffordable, so look 1 is final
+    # and its decision uses the rest of the alpha; the overall p-value stays the plan's union bound.
+    inv = Investigation(backends=fake_backends(), label="cat", budget=Budget(images=1190))
+    c = ToolContext()
+    c.investigation = inv
+    r = call(c, "measure_rate", caption=GRASS, max_n=800, first_n=100)
+    assert r.looks == [100] and r.stopped == "budget"
+    plan = stats.default_plan(800, first=100, alpha=inv.alpha)
+    p1 = stats.fisher_p_greater(r.hypothesis.failures.k, 100, r.baseline.k, r.baseline.n)
+    assert r.p_value == pytest.approx(min(1.0, p1 * inv.alpha / plan.thresholds()[0]))
+    assert inv.budget.used == 1100

@@ -71,9 +71,8 @@ def run(args: Args, ctx: object) -> Result:
 def _sequential(inv: Investigation, args: Args, purpose: Purpose) -> Result:
     base = inv.baseline(purpose, args.baseline_n)
     plan = stats.default_plan(args.max_n, first=min(args.first_n, args.max_n), alpha=inv.alpha)
-    alphas = plan.thresholds()
     sample = None
-    p_seq = 1.0
+    p_values: list[float] = []
     looks: list[int] = []
     stopped = "max_n"
     for j, look_n in enumerate(plan.looks):
@@ -85,15 +84,20 @@ def _sequential(inv: Investigation, args: Args, purpose: Purpose) -> Result:
                            task=f"measuring ({purpose})")
         sample = fresh if sample is None else merge(sample, fresh)
         looks.append(look_n)
-        decision = plan.decide(j, sample.k, sample.n, base.k, base.n)
-        # min_j p_j * alpha / alpha_j is a valid p-value for the whole sequential test (union bound).
-        if alphas[j] > 0:
-            p_seq = min(p_seq, decision.p_value * inv.alpha / alphas[j])
+        # When the budget cannot pay for the next look, this one is the last: known before its outcome is seen,
+        # so it may spend the rest of the alpha.
+        final = j + 1 < len(plan.looks) and plan.looks[j + 1] - look_n > inv.budget.left
+        decision = plan.decide(j, sample.k, sample.n, base.k, base.n, final=final)
+        p_values.append(decision.p_value)
         if decision.action != "continue":
             stopped = decision.action
             break
+        if final:
+            stopped = "budget"
+            break
+    # min_j p_j * alpha / alpha_j is a valid p-value for the whole sequential test (union bound).
+    p_seq = plan.overall_p_value(p_values)
     assert sample is not None
-    p_seq = min(1.0, p_seq)
     test = inv.add_test(Test(id=f"t{len(inv.tests) + 1}", caption=args.caption, purpose=purpose, p_value=p_seq,
                              k1=sample.k, n1=sample.n, k0=base.k, n0=base.n))
     m = inv.store(sample)

@@ -10,6 +10,7 @@ estimates the procedure's family-wise error rate.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -52,6 +53,14 @@ def make_planner(name: str, label: str, class_prompt: str, *, budget: int, seed:
     raise ValueError(f"unknown planner {name!r} (known: {', '.join(PLANNERS)})")
 
 
+def _json_number(x: float | str | None) -> float | None:
+    """Strict JSON has no infinity or nan: those become null."""
+    if x is None:
+        return None
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
 @dataclass
 class RunRecord:
     planner: str
@@ -77,7 +86,7 @@ def run_investigation(backends: Backends, label: str, seed: int, planner: str, *
                                       baseline_n=baseline_n))
     seconds = time.perf_counter() - t0
     inv = session.investigation
-    findings = [{"caption": f["caption"], "rate_ratio": f["discovery"]["rate_ratio"]["ratio"]}
+    findings = [{"caption": f["caption"], "rate_ratio": _json_number(f["discovery"]["rate_ratio"]["ratio"])}
                 for f in inv.findings if f["confirmed"]]
     return RunRecord(planner, label, seed, result.status, inv.budget.used, round(seconds, 2),
                      str(session.transcript), findings)
@@ -106,7 +115,8 @@ class OracleJudge:
             k1, n1 = self.oracle.failure_rate(caption, label, self.n, ORACLE_SEED, self.criterion)
             cmp = stats.compare_rates(k1, n1, k0, n0)
             self._cache[key] = {"k": k1, "n": n1, "baseline_k": k0, "baseline_n": n0,
-                                "ratio": stats.rate_ratio(k1, n1, k0, n0).ratio, "p_value": cmp.p_value,
+                                "ratio": _json_number(stats.rate_ratio(k1, n1, k0, n0).ratio),
+                                "p_value": cmp.p_value,
                                 "real": bool(cmp.p_value <= 0.05 and k1 / n1 > k0 / n0)}
         return self._cache[key]
 

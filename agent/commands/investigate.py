@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -48,6 +49,14 @@ def check_args(args: argparse.Namespace) -> None:
     check_backend_args(args)
 
 
+def _json_number(x: float | str | None) -> float | None:
+    """Strict JSON has no infinity: an infinite ratio (no baseline failures) is null."""
+    if x is None:
+        return None
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
 def summary(session: Any, result: Any, seconds: float) -> dict[str, Any]:
     inv = session.investigation
     findings = []
@@ -58,8 +67,8 @@ def summary(session: Any, result: Any, seconds: float) -> dict[str, Any]:
             "confirmed": f["confirmed"],
             "adjusted_p": d["adjusted_p"],
             "confirmation_adjusted_p": c["adjusted_p"],
-            "rate_ratio": d["rate_ratio"]["ratio"],
-            "rate_ratio_ci": [d["rate_ratio"]["low"], d["rate_ratio"]["high"]],
+            "rate_ratio": _json_number(d["rate_ratio"]["ratio"]),
+            "rate_ratio_ci": [_json_number(d["rate_ratio"]["low"]), _json_number(d["rate_ratio"]["high"])],
             "baseline": {"k": d["baseline"]["k"], "n": d["baseline"]["n"]},
             "hypothesis": {"k": d["hypothesis"]["k"], "n": d["hypothesis"]["n"]},
             "confirmation": {"k": c["hypothesis"]["k"], "n": c["hypothesis"]["n"],

@@ -24,10 +24,22 @@ def _pct(rate: dict[str, Any]) -> str:
     return f"{rate['k']}/{rate['n']} = {100 * rate['rate']:.1f}% [{100 * rate['low']:.1f}%, {100 * rate['high']:.1f}%]"
 
 
+def _float(x: float | str | None) -> float:
+    """A number from a tool result: JSON has no infinity, so an infinite ratio (a baseline with no failures) may
+    arrive as null or as the string "Infinity"."""
+    if x is None:
+        return float("inf")
+    return float(x)
+
+
+def _num(x: float | str | None) -> str:
+    return f"{_float(x):.3g}"
+
+
 def _ratio(r: dict[str, Any] | None) -> str:
     if not r:
         return "n/a"
-    return f"{r['ratio']:.3g}x [{r['low']:.3g}, {r['high']:.3g}]"
+    return f"{_num(r['ratio'])}x [{_num(r['low'])}, {_num(r['high'])}]"
 
 
 def _top_confusion(r: dict[str, Any]) -> str | None:
@@ -151,7 +163,7 @@ class ProtocolPlanner:
             if "error" not in r:
                 tested[c] = {**r, "_target": target or _top_confusion(r)}
         supported = sorted((r for r in tested.values() if r["verdict"] == "supported"),
-                           key=lambda r: -r["rate_ratio"]["low"])
+                           key=lambda r: -_float(r["rate_ratio"]["low"]))
         summary = "; ".join(f"{c!r}: {_ratio(r['rate_ratio'])}, adjusted p={r['adjusted_p']:.2g}"
                             for c, r in tested.items() if r["verdict"] == "supported")
         if not supported:
@@ -214,7 +226,7 @@ class ProtocolPlanner:
         # Refinements measured earlier (e.g. as single-attribute perturbations) count too.
         family = [tested[c] for c in [caption, *proposed] if c in tested and tested[c]["verdict"] == "supported"]
         # Shortest caption first; among equals, the one whose effect is surely largest.
-        return min(family, key=lambda x: (_n_sentences(x["caption"]), len(x["caption"]), -x["rate_ratio"]["low"]))
+        return min(family, key=lambda x: (_n_sentences(x["caption"]), len(x["caption"]), -_float(x["rate_ratio"]["low"])))
 
     def _mechanism_and_confirm(self, r: dict[str, Any], tested: dict[str, dict[str, Any]]
                                ) -> Generator[Turn, Results, str | None]:

@@ -14,6 +14,7 @@ from typing import Any
 
 from agent.events import Event, ToolCall
 from agent.loop import Turn
+from agent.planners.protocol import _float
 
 Results = list[dict[str, Any]]
 
@@ -88,7 +89,7 @@ class RandomPerturbationPlanner:
             spent += self.n_per_caption * len(chunk)
             tested += [(c, r) for c, r in zip(chunk, results) if "error" not in r]
         supported = sorted([(c, r) for c, r in tested if r["verdict"] == "supported"],
-                           key=lambda cr: -cr[1]["rate_ratio"]["low"])[: self.max_confirm]
+                           key=lambda cr: -_float(cr[1]["rate_ratio"]["low"]))[: self.max_confirm]
         found = []
         for caption, r in supported:
             (conf,) = yield self._turn(
