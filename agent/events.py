@@ -9,6 +9,7 @@ old transcripts stay readable without rewriting them (rewriting would break thei
 from __future__ import annotations
 
 import hashlib
+import math
 import json
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
@@ -21,6 +22,19 @@ UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
 """``UPGRADES[n]`` maps an event dict of schema version ``n`` to version ``n + 1`` (append only, never edit)."""
 
 Status = Literal["completed", "interrupted", "error", "max_turns", "budget"]
+
+
+def json_safe(obj: Any) -> Any:
+    """``obj`` with non-finite floats as the strings "Infinity", "-Infinity" and "NaN": lines stay strict JSON
+    (an infinite rate ratio is legitimate: a baseline with no failures), and pydantic reads the strings back as
+    floats."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return "NaN" if math.isnan(obj) else ("Infinity" if obj > 0 else "-Infinity")
+    if isinstance(obj, dict):
+        return {k: json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [json_safe(v) for v in obj]
+    return obj
 
 
 def canonical_json(obj: Any) -> str:
@@ -67,7 +81,9 @@ class ToolCall(BaseModel):
 
 
 class _Event(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # "strings" keeps non-finite floats as floats in model_dump(mode="json") (the default turns them into null);
+    # the writer then spells them as strings with json_safe.
+    model_config = ConfigDict(extra="forbid", ser_json_inf_nan="strings")
 
     v: int = SCHEMA_VERSION
     seq: int = Field(default=0, description="0-based line number in the transcript; set by the writer.")

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agent.bench import PLANNER_HELP, PLANNERS
 from agent.loop import Planner
 from agent.planners.protocol import ProtocolPlanner
 from agent.planners.random_perturb import RandomPerturbationPlanner
@@ -29,12 +30,6 @@ from tools.backends.toyworld.null import NullClassifier
 from tools.backends.toyworld.parser import parse
 from tools.cache import PredictionCache
 
-PLANNERS = ("protocol", "wiles", "random")
-PLANNER_HELP = {
-    "protocol": "captioning + single-attribute perturbations, refinement, counterfactuals, confirmation",
-    "wiles": "captioning of failures and confirmation only (Wiles et al.'s core loop, no refinement or edits)",
-    "random": "random caption perturbations on a fixed sample size, same budget, confirmation",
-}
 ORACLE_SEED = 1 << 50
 """The oracle's seeds lie beyond every investigation's discovery and confirmation seeds."""
 

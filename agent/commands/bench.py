@@ -24,7 +24,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     t.add_argument("--json", action="store_true", help="Print the numbers as JSON.")
     t.set_defaults(_bench_run=run_throughput)
 
-    from agent.bench.discovery import PLANNER_HELP, PLANNERS
+    from agent.bench import PLANNER_HELP, PLANNERS
 
     d = sub.add_parser(
         "discovery", help="Investigate every class of a world with each planner; score against the oracle.",
@@ -104,7 +104,8 @@ def run_discovery(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from agent.bench.discovery import PLANNERS, Calibration, DiscoveryBench
+    from agent.bench import PLANNERS
+    from agent.bench.discovery import Calibration, DiscoveryBench
     from agent.progress import ProgressBars
 
     planners = [p.strip() for p in args.planners.split(",") if p.strip()]

@@ -1,0 +1,361 @@
+"""What a report shows, read from a transcript's events: findings, tests, samples, counterfactual pairs, budget.
+
+Tool results are validated against the tools' own ``Result`` models, so the report reads exactly what the tools
+wrote. A result that no longer fits (an older tool version) is skipped and named in ``RunReport.warnings``: one odd
+line should not cost the reader the rest of the report.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field, ValidationError
+
+from agent.events import Event
+from agent.report.nonfinite import restore_non_finite
+from agent.report.tree import Proposal, TreeNode, build_tree
+from tools import (
+    caption_failures,
+    edit_image,
+    generate_and_classify,
+    measure_rate,
+    perturb_caption,
+    record_finding,
+    stats,
+)
+from tools.common import SampleSummary
+from tools.counterfactual import Flip
+from tools.investigation import normalise_caption
+
+
+class HypothesisTest(BaseModel):
+    """One measure_rate test, with its p-value adjusted over the whole family as it stood at the end of the run."""
+
+    test_id: str
+    seq: int = Field(description="Transcript line (0-based) of the result.")
+    caption: str
+    purpose: str = Field(description="'discovery' or 'confirmation' (disjoint seeds).")
+    mode: str = Field(description="'sample' (fresh images of the caption) or 'counterfactual' (edited images).")
+    hypothesis: stats.Rate = Field(description="Failures of the caption's images (edited images when counterfactual).")
+    baseline: stats.Rate
+    rate_ratio: stats.RatioCI | None
+    p_value: float
+    adjusted_p: float = Field(description="Adjusted over every test of the same purpose in the run (final family).")
+    adjusted_p_at_test: float = Field(description="Adjusted over the family as it stood when the test ran.")
+    adjust_method: str
+    verdict: str
+    mcnemar: stats.McNemar | None = None
+    summary: SampleSummary | None = Field(default=None, description="The caption's sample (sample mode only).")
+    finding_id: str | None = Field(default=None, description="The finding recorded for this caption, if any.")
+
+
+class PairSet(BaseModel):
+    """Counterfactual pairs of one call: the same images before and after an edit."""
+
+    source: str = Field(description="Test id or tool call that made the pairs.")
+    before_caption: str
+    after_caption: str
+    flips: list[Flip]
+    mcnemar: stats.McNemar | None = None
+    note: str = ""
+
+
+class ImageGroup(BaseModel):
+    """Images shown together: a baseline's failures or a failure cluster with its caption."""
+
+    title: str
+    detail: str = ""
+    refs: list[str]
+
+
+class Budget(BaseModel):
+    images_used: int = Field(description="Images generated, reconstructed from the tool results.")
+    images_budget: int | None = None
+    images_edited: int = 0
+    planner_turns: int = 0
+    tool_calls: int = 0
+    tool_errors: int = 0
+    tool_seconds: float = 0.0
+    wall_seconds: float | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float | None = None
+
+
+class RunReport(BaseModel):
+    path: str = Field(description="The transcript file.")
+    run_id: str
+    label: str
+    planner: str
+    command: str
+    status: str = Field(description="The run's final status, or 'unfinished'.")
+    answer: str | None = None
+    config: dict[str, Any] = Field(default_factory=dict)
+    backends: dict[str, str] = Field(default_factory=dict)
+    class_prompt: str | None = None
+    baseline: SampleSummary | None = Field(default=None, description="The class prompt's first sample (discovery seeds).")
+    findings: list[record_finding.Result] = Field(default_factory=list)
+    tests: list[HypothesisTest] = Field(default_factory=list)
+    groups: list[ImageGroup] = Field(default_factory=list)
+    pairs: list[PairSet] = Field(default_factory=list)
+    tree: list[TreeNode] = Field(default_factory=list)
+    budget: Budget
+    reasoning: list[str] = Field(default_factory=list, description="The planner's reasoning, turn by turn.")
+    warnings: list[str] = Field(default_factory=list)
+
+
+def _parse(model: type[BaseModel], data: Any, where: str, warnings: list[str]) -> Any:
+    try:
+        return model.model_validate(restore_non_finite(data))
+    except ValidationError as e:
+        first = e.errors()[0]
+        loc = ".".join(str(p) for p in first["loc"]) or "result"
+        warnings.append(f"{where}: skipped, the result does not match this sleuth's tools ({loc}: {first['msg']})")
+        return None
+
+
+def _seconds(first: str, last: str) -> float | None:
+    try:
+        a = datetime.fromisoformat(first)
+        b = datetime.fromisoformat(last)
+    except ValueError:
+        return None
+    return max(0.0, (b - a).total_seconds())
+
+
+def _class_prompt(samples: list[generate_and_classify.Result], hypotheses: list[str], label: str) -> str | None:
+    """The class prompt: the sampled prompt that failure captions extend (they start with it), else one naming the
+    class. The transcript does not name it; the report needs it to count pooled baseline images once."""
+    prompts = [s.summary.prompt for s in samples]
+    for p in prompts:
+        key = normalise_caption(p)
+        if any(normalise_caption(h).startswith(key) for h in hypotheses):
+            return p
+    named = [p for p in prompts if label and label.lower() in p.lower()]
+    return named[0] if named else None
+
+
+def _final_adjusted(rows: list[HypothesisTest]) -> None:
+    """Adjust each family's raw p-values over all of its tests, as the investigation does after its last test."""
+    for purpose in {r.purpose for r in rows}:
+        family = [r for r in rows if r.purpose == purpose]
+        method = family[-1].adjust_method
+        for r, a in zip(family, stats.adjust_pvalues([r.p_value for r in family], method=method)):
+            r.adjusted_p = float(a)
+
+
+def extract_run(events: list[Event], path: str | Path = "") -> RunReport:
+    """The report model of one run's events (as ``agent.transcript.read_transcript`` returns them)."""
+    warnings: list[str] = []
+    started = next((e for e in events if e.kind == "run_started"), None)
+    finished = next((e for e in reversed(events) if e.kind == "run_finished"), None)
+    label = str(started.config.get("class", "")) if started else ""
+    calls: dict[str, dict[str, Any]] = {}
+    samples: list[generate_and_classify.Result] = []
+    measured: dict[str, str] = {}  # measurement id -> prompt
+    rows: list[HypothesisTest] = []
+    clusters: list[tuple[str, caption_failures.Result]] = []
+    proposals: list[Proposal] = []
+    pairs: list[PairSet] = []
+    findings: list[record_finding.Result] = []
+    budget = Budget(images_used=0)
+    reasoning: list[str] = []
+    baseline_n: dict[str, int] = {}
+    pooled: list[generate_and_classify.Result] = []
+    for e in events:
+        if e.kind == "planner_turn":
+            budget.planner_turns += 1
+            if e.reasoning:
+                reasoning.append(e.reasoning)
+            if e.usage is not None:
+                budget.prompt_tokens += e.usage.prompt_tokens
+                budget.completion_tokens += e.usage.completion_tokens
+            if e.cost_usd is not None:
+                budget.cost_usd = (budget.cost_usd or 0.0) + e.cost_usd
+        elif e.kind == "tool_called":
+            budget.tool_calls += 1
+            calls[e.call_id] = e.arguments if isinstance(e.arguments, dict) else {}
+        elif e.kind == "finding":
+            f = _parse(record_finding.Result, e.finding, f"line {e.seq + 1} (finding)", warnings)
+            if f is not None:
+                findings.append(f)
+        elif e.kind == "tool_returned":
+            budget.tool_seconds += e.duration_s
+            if not e.ok or e.result is None:
+                budget.tool_errors += 1
+                continue
+            where = f"line {e.seq + 1} ({e.name})"
+            if e.name == "generate_and_classify":
+                r = _parse(generate_and_classify.Result, e.result, where, warnings)
+                if r is not None:
+                    samples.append(r)
+                    measured[r.measurement_id] = r.summary.prompt
+                    budget.images_used += r.summary.failures.n
+            elif e.name == "measure_rate":
+                r = _parse(measure_rate.Result, e.result, where, warnings)
+                if r is not None:
+                    rows.append(_test_row(r, e.seq))
+                    budget.images_used += _measure_images(r, baseline_n)
+                    if r.measurement_id:
+                        measured[r.measurement_id] = r.caption
+                    if r.mode == "counterfactual":
+                        budget.images_edited += r.baseline.n
+                        pairs.append(PairSet(source=r.test_id, before_caption="", after_caption=r.caption,
+                                             flips=r.flips, mcnemar=r.mcnemar, note="; ".join(r.notes)))
+            elif e.name == "caption_failures":
+                r = _parse(caption_failures.Result, e.result, where, warnings)
+                if r is not None:
+                    parent = measured.get(r.measurement_id, "")
+                    clusters.append((parent, r))
+                    proposals += [Proposal(parent=parent, caption=h.caption,
+                                           relation=f"caption of {h.n_images} failures predicted '{h.predicted_label}'")
+                                  for h in r.hypotheses]
+            elif e.name == "perturb_caption":
+                r = _parse(perturb_caption.Result, e.result, where, warnings)
+                if r is not None:
+                    proposals += [Proposal(parent=r.caption, caption=x.caption, relation=f"{x.type}: {x.edit}")
+                                  for x in r.edits]
+                    proposals += [Proposal(parent=r.caption, caption=x.caption,
+                                           relation=f"refinement ({x.type.replace('_', ' ')}): {x.edit}")
+                                  for x in r.refinements]
+            elif e.name == "edit_image":
+                r = _parse(edit_image.Result, e.result, where, warnings)
+                if r is not None:
+                    args = calls.get(e.call_id, {})
+                    budget.images_edited += len(r.edits)
+                    pairs.append(PairSet(source=f"edit_image ({e.call_id})",
+                                         before_caption=str(args.get("source_caption", "")),
+                                         after_caption=str(args.get("target_caption", "")),
+                                         flips=r.edits, mcnemar=r.mcnemar))
+    hypotheses = [h.caption for _, c in clusters for h in c.hypotheses]
+    class_prompt = _class_prompt(samples, hypotheses, label)
+    if class_prompt is not None:
+        key = normalise_caption(class_prompt)
+        pooled = [s for s in samples if normalise_caption(s.summary.prompt) == key]
+        # Class-prompt samples are pooled into the discovery baseline; measure_rate top-ups beyond them were
+        # counted as they appeared, so the pooled images must not be counted again.
+        budget.images_used -= min(sum(s.summary.failures.n for s in pooled), baseline_n.get("discovery", 0))
+        for p in pairs:
+            if not p.before_caption:
+                p.before_caption = class_prompt
+    _final_adjusted(rows)
+    by_caption = {normalise_caption(f.caption): f.finding_id for f in findings}
+    for row in rows:
+        if row.mode == "sample":
+            row.finding_id = by_caption.get(normalise_caption(row.caption))
+    if started is not None:
+        budget.images_budget = started.config.get("budget") if isinstance(started.config.get("budget"), int) else None
+    if events:
+        budget.wall_seconds = _seconds(events[0].ts, events[-1].ts)
+    groups = _groups(samples, clusters)
+    return RunReport(
+        path=str(path), run_id=started.run_id if started else Path(path).parent.name, label=label,
+        planner=started.planner if started else "", command=started.command if started else "",
+        status=finished.status if finished else "unfinished", answer=finished.answer if finished else None,
+        config=started.config if started else {}, backends=started.backends if started else {},
+        class_prompt=class_prompt, baseline=pooled[0].summary if pooled else None, findings=findings, tests=rows,
+        groups=groups, pairs=pairs,
+        tree=build_tree(class_prompt, proposals, [(r.caption, r.test_id) for r in rows],
+                        {f.caption: f.finding_id for f in findings}),
+        budget=budget, reasoning=reasoning, warnings=warnings,
+    )
+
+
+def _test_row(r: measure_rate.Result, seq: int) -> HypothesisTest:
+    if r.hypothesis is not None:
+        rate = r.hypothesis.failures
+    else:
+        # Counterfactual: the edited images' failures, as the test recorded them (k after / edited pairs).
+        k, n = _counterfactual_counts(r)
+        rate = stats.binomial_rate(k, n)
+    return HypothesisTest(
+        test_id=r.test_id, seq=seq, caption=r.caption, purpose=r.purpose, mode=r.mode, hypothesis=rate,
+        baseline=r.baseline, rate_ratio=r.rate_ratio, p_value=r.p_value, adjusted_p=r.adjusted_p,
+        adjusted_p_at_test=r.adjusted_p, adjust_method=r.adjust_method, verdict=r.verdict, mcnemar=r.mcnemar,
+        summary=r.hypothesis,
+    )
+
+
+def _counterfactual_counts(r: measure_rate.Result) -> tuple[int, int]:
+    """k/n of the edited images, from the tool's note ("... after the edit K/N fail"), else from the rate ratio."""
+    for note in r.notes:
+        k_s, _, n_s = note.rsplit("after the edit ", 1)[-1].split(" ", 1)[0].partition("/")
+        if "after the edit " in note and k_s.isdigit() and n_s.isdigit():
+            return int(k_s), int(n_s)
+    n, rr = r.baseline.n, r.rate_ratio
+    if rr is not None and r.baseline.k > 0 and math.isfinite(rr.ratio):
+        return round(rr.ratio * r.baseline.k / r.baseline.n * n), n
+    return 0, n
+
+
+def _measure_images(r: measure_rate.Result, baseline_n: dict[str, int]) -> int:
+    """Images a measure_rate call generated: the caption's sample plus any top-up of its baseline."""
+    if r.mode == "counterfactual":
+        return r.baseline.n  # fresh class images, edited in place (edits do not spend the generation budget)
+    used = r.hypothesis.failures.n if r.hypothesis is not None else 0
+    have = baseline_n.get(r.purpose, 0)
+    if r.baseline.n > have:
+        used += r.baseline.n - have
+        baseline_n[r.purpose] = r.baseline.n
+    return used
+
+
+def _groups(samples: list[generate_and_classify.Result],
+            clusters: list[tuple[str, caption_failures.Result]]) -> list[ImageGroup]:
+    out: list[ImageGroup] = []
+    for s in samples:
+        f = s.summary.failures
+        top = ", ".join(f"{c.label} ({c.count})" for c in s.summary.confusions)
+        if s.failure_images:
+            out.append(ImageGroup(title=f"Failures of '{s.summary.prompt}'",
+                                  detail=f"{f.k}/{f.n} failed; top confusions: {top or 'none'}",
+                                  refs=s.failure_images))
+        if s.success_images:
+            out.append(ImageGroup(title=f"Correctly classified: '{s.summary.prompt}'", refs=s.success_images))
+    for _, c in clusters:
+        for h in c.hypotheses:
+            out.append(ImageGroup(title=h.caption, detail=f"cluster of {h.n_images} failures predicted "
+                                                          f"'{h.predicted_label}'", refs=h.images))
+    return out
+
+
+class ReportError(Exception):
+    """A run directory that cannot be reported: no transcript, or one that cannot be read or trusted."""
+
+
+def find_transcripts(path: str | Path) -> list[Path]:
+    """The transcripts under ``path``: the file itself, ``path/transcript.jsonl``, or every run directory below
+    ``path`` (an audit: one run per class), in name order."""
+    p = Path(path)
+    if p.is_file():
+        return [p]
+    if not p.is_dir():
+        raise ReportError(f"no such file or directory: {p}")
+    if (p / "transcript.jsonl").is_file():
+        return [p / "transcript.jsonl"]
+    # Run directories sit one or two levels down (audit/<class>/transcript.jsonl or audit/<class>/<run>/...).
+    found = sorted({*p.glob("*/transcript.jsonl"), *p.glob("*/*/transcript.jsonl")})
+    if not found:
+        raise ReportError(f"no transcript.jsonl in {p} or the run directories below it")
+    return found
+
+
+def load_runs(path: str | Path, *, verify: bool = True) -> list[RunReport]:
+    """Every run under ``path`` (see ``find_transcripts``) as report models; ``ReportError`` names a bad file."""
+    from agent.transcript import TranscriptError, read_transcript
+
+    runs = []
+    for t in find_transcripts(path):
+        try:
+            events = read_transcript(t, verify=verify)
+        except TranscriptError as e:
+            raise ReportError(f"{t}: line {e.line}: {e.reason}") from None
+        except OSError as e:
+            raise ReportError(f"cannot read {t}: {e.strerror or e}") from None
+        if not events:
+            raise ReportError(f"{t}: the transcript is empty")
+        runs.append(extract_run(events, t))
+    return runs

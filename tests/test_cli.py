@@ -1,0 +1,31 @@
+"""The command line itself: start-up stays light, every sub-command has help."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agent.cli import COMMANDS, _load, build_parser
+
+ROOT = Path(__file__).resolve().parents[1]
+HEAVY = ("torch", "scipy", "litellm", "diffusers", "transformers", "matplotlib", "open_clip")
+
+
+def test_building_the_parser_imports_no_heavy_library():
+    # `sleuth --help` and argument errors must answer at once: heavy imports belong inside the commands.
+    code = ("import sys, agent.cli; agent.cli.build_parser(); "
+            f"print(','.join(m for m in {HEAVY!r} if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "", f"imported at start-up: {out.stdout.strip()}"
+
+
+@pytest.mark.parametrize("command", [c for c in COMMANDS if _load(c) is not None])
+def test_every_command_has_help(command, capsys):
+    parser = build_parser()
+    with pytest.raises(SystemExit) as e:
+        parser.parse_args([command, "--help"])
+    assert e.value.code == 0
+    assert command in capsys.readouterr().out
