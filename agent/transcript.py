@@ -7,10 +7,12 @@ before anything reaches the file. Artifacts (images) live in ``artifacts/`` besi
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
@@ -18,7 +20,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from agent.events import Event, event_hash, parse_event
+from agent.events import Event, event_hash, json_safe, parse_event
 from agent.redact import redact
 
 
@@ -118,6 +120,19 @@ def verify_transcript(path: str | Path) -> VerifyReport:
     return VerifyReport(ok=True, n_events=len(events))
 
 
+@contextlib.contextmanager
+def _deferred_interrupt() -> Iterator[None]:
+    """Hold SIGINT (delivered when the block ends) where the platform allows it, i.e. in the main thread."""
+    if not hasattr(signal, "pthread_sigmask") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
 class TranscriptWriter:
     """Appends events to a transcript, one synced line each; subscribers see every event once it is on disk.
 
@@ -203,17 +218,25 @@ class TranscriptWriter:
             payload = event.model_dump(mode="json", exclude={"kind", "v", "seq", "ts", "prev_hash", "hash"})
             # Lines keep a readable field order (kind first, chain last); the hash uses the canonical form.
             obj: dict[str, Any] = {"kind": event.kind, "v": event.v, "seq": len(self.events), "ts": _now(),
-                                   **redact(payload), "prev_hash": self.events[-1].hash if self.events else ""}
+                                   **redact(json_safe(payload)), "prev_hash": self.events[-1].hash if self.events else ""}
             obj["hash"] = event_hash(obj)
             written = parse_event(obj)
             line = json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
-            self._file.write((line + "\n").encode("utf-8"))
-            self._file.flush()
-            os.fsync(self._file.fileno())
-            self.events.append(written)
+            # Ctrl-C between the write and the bookkeeping would leave the file one line ahead of the writer, and
+            # the run_finished written next would repeat a seq: the interrupt waits until both are done.
+            with _deferred_interrupt():
+                self._write_line((line + "\n").encode("utf-8"))
+                self.events.append(written)
         for callback in list(self._subscribers):
             callback(written)
         return written
+
+    def _write_line(self, data: bytes) -> None:
+        """Write one encoded line and make it durable. The single place a line reaches the file, so crash tests can
+        cut a write short here."""
+        self._file.write(data)
+        self._file.flush()
+        os.fsync(self._file.fileno())
 
     def close(self) -> None:
         self._file.close()

@@ -77,7 +77,7 @@ def test_json_world_loads_and_not_yaml_is_clear(tmp_path) -> None:
     bad.write_text("classes: [unclosed")
     with pytest.raises(BackendError, match="not valid YAML"):
         load_world(bad)
-    with pytest.raises(BackendError, match="file not found"):
+    with pytest.raises(BackendError, match="no such file"):
         load_world(tmp_path / "missing.yaml")
 
 

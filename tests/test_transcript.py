@@ -279,3 +279,22 @@ def test_blobs_and_unknown_refs(tmp_path):
         store.put_image(np.zeros((4, 4), dtype=np.uint8))
     with pytest.raises(ValueError, match="uint8 RGB"):
         store.put_image(np.zeros((4, 4, 3), dtype=np.float32))
+
+
+def test_non_finite_numbers_are_written_as_strict_json_strings(tmp_path):
+    import json
+
+    from agent.events import ToolReturned
+    from agent.transcript import TranscriptWriter, read_transcript
+    from tools import stats
+
+    ratio = stats.rate_ratio(5, 100, 0, 1000)  # no baseline failures: an infinite ratio with a finite lower bound
+    path = tmp_path / "t.jsonl"
+    with TranscriptWriter(path) as w:
+        w.append(ToolReturned(call_id="c", name="measure_rate", ok=True, duration_s=0.1,
+                              result={"rate_ratio": ratio.model_dump(mode="json"), "p": float("nan")}))
+    line = path.read_text().splitlines()[0]
+    json.loads(line, parse_constant=lambda c: (_ for _ in ()).throw(ValueError(c)))  # strict JSON
+    (event,) = read_transcript(path)
+    assert event.result["rate_ratio"]["ratio"] == "Infinity" and event.result["p"] == "NaN"
+    assert stats.RatioCI.model_validate(event.result["rate_ratio"]).ratio == float("inf")
