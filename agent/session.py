@@ -44,7 +44,8 @@ def registry() -> Registry:
 
 def versions() -> dict[str, str]:
     out = {"python": platform.python_version()}
-    for dist in ("sleuth", "torch", "numpy", "scipy", "pydantic", "diffusers", "transformers", "litellm"):
+    for dist in ("sleuth", "torch", "torchvision", "numpy", "scipy", "pydantic", "diffusers", "transformers",
+                 "open_clip_torch", "timm", "litellm"):
         try:
             out[dist] = importlib.metadata.version(dist)
         except importlib.metadata.PackageNotFoundError:
@@ -90,6 +91,8 @@ class Session:
     subscribers: list[Callable[[Any], None]] = field(default_factory=list)
     cache: PredictionCache | None = None
     """Prediction cache; default: the shared one under $SLEUTH_CACHE (in memory only if SLEUTH_NO_CACHE=1)."""
+    command: str = "investigate"
+    """The entry point recorded in ``run_started`` (investigate, audit, chat, ...)."""
     investigation: Investigation = field(init=False)
     ctx: ToolContext = field(init=False)
 
@@ -107,15 +110,22 @@ class Session:
         self.ctx.investigation = self.investigation  # type: ignore[attr-defined]
         self.transcript = self.run_dir / "transcript.jsonl"
 
+    def started_event(self, planner_name: str) -> RunStarted:
+        """The ``run_started`` event of this session's transcript."""
+        return RunStarted(
+            run_id=self.run_dir.name, command=self.command, config=self.config, versions=versions(),
+            seeds={"seed": self.seed, **self.investigation.seed_bases()}, planner=planner_name,
+            backends=self.backends.ids,
+        )
+
+    def finding_emitter(self, writer: TranscriptWriter) -> Callable[[Any], None]:
+        """What tools call to report a finding: it becomes a ``finding`` event of the transcript."""
+        return lambda item: writer.append(Finding(finding_id=item["finding_id"], finding=item["finding"]))
+
     def run(self, planner: Planner, *, max_turns: int = 100) -> RunResult:
         with TranscriptWriter(self.transcript) as writer:
             for callback in self.subscribers:
                 writer.subscribe(callback)
-            self.ctx.emit = lambda item: writer.append(Finding(finding_id=item["finding_id"],
-                                                               finding=item["finding"]))
-            started = RunStarted(
-                run_id=self.run_dir.name, command="investigate", config=self.config, versions=versions(),
-                seeds={"seed": self.seed, **self.investigation.seed_bases()}, planner=planner.name,
-                backends=self.backends.ids,
-            )
-            return run_loop(planner, registry(), self.ctx, writer, max_turns=max_turns, run_started=started)
+            self.ctx.emit = self.finding_emitter(writer)
+            return run_loop(planner, registry(), self.ctx, writer, max_turns=max_turns,
+                            run_started=self.started_event(planner.name))

@@ -8,45 +8,18 @@ import numpy as np
 import pytest
 import torch
 
+from tests.test_real_builders import BLIP_WORDS, save_blip
 from tools.backends.blip_captioner import BlipCaptioner, split_sentences
 
 torch.set_num_threads(2)
 
-WORDS = ("a realistic photograph of tabby cat dog fly flower snow grass net sitting on in the with red blue small "
-         "large green water bench sleeping window . ,").split()
+WORDS = BLIP_WORDS
 PROMPT = "a realistic photograph of a tabby cat"
 
 
 @pytest.fixture(scope="module")
 def blip_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from transformers import (
-        BertTokenizerFast,
-        BlipConfig,
-        BlipForConditionalGeneration,
-        BlipImageProcessor,
-        BlipProcessor,
-        BlipTextConfig,
-        BlipVisionConfig,
-    )
-
-    tmp = tmp_path_factory.mktemp("blip")
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "[DEC]", *dict.fromkeys(WORDS)]
-    (tmp / "tok").mkdir()
-    (tmp / "tok" / "vocab.txt").write_text("\n".join(vocab) + "\n")
-    tokenizer = BertTokenizerFast.from_pretrained(tmp / "tok", bos_token="[DEC]", do_lower_case=True)
-    assert len(tokenizer) == len(vocab) and tokenizer(PROMPT)["input_ids"][1] == vocab.index("a")
-    processor = BlipProcessor(image_processor=BlipImageProcessor(size={"height": 32, "width": 32}),
-                              tokenizer=tokenizer)
-    text = BlipTextConfig(vocab_size=len(vocab), hidden_size=32, intermediate_size=37, num_hidden_layers=2,
-                          num_attention_heads=4, max_position_embeddings=64, encoder_hidden_size=32,
-                          bos_token_id=5, sep_token_id=3, pad_token_id=0, eos_token_id=3)
-    vision = BlipVisionConfig(hidden_size=32, intermediate_size=37, num_hidden_layers=2, num_attention_heads=4,
-                              image_size=32, patch_size=8, initializer_range=0.02)
-    torch.manual_seed(0)
-    model = BlipForConditionalGeneration(BlipConfig(text_config=text.to_dict(), vision_config=vision.to_dict()))
-    model.save_pretrained(tmp / "blip")
-    processor.save_pretrained(tmp / "blip")
-    return tmp / "blip"
+    return save_blip(tmp_path_factory.mktemp("blip"))
 
 
 def images(n: int) -> list[np.ndarray]:
@@ -59,15 +32,23 @@ def test_split_sentences() -> None:
     assert split_sentences("  ") == []
 
 
-def test_captions_complete_the_class_prompt(blip_folder: Path) -> None:
+def test_captions_continue_the_class_prompt(blip_folder: Path) -> None:
     cap = BlipCaptioner(str(blip_folder), num_beams=2, num_samples=2, max_new_tokens=6)
     out = cap.captions(images(3), PROMPT)
     assert len(out) == 3
     for sentences in out:
-        assert sentences and sentences[0].startswith(PROMPT)
-        assert len(sentences) == len(set(sentences))
+        assert sentences and len(sentences) == len(set(sentences))
+        assert not any(s.startswith(PROMPT) for s in sentences)  # the prompt is given, not a finding
+    # The first candidate is what the best beam wrote after the prompt.
+    inputs = cap._processor(images=images(1), text=[PROMPT], return_tensors="pt")
+    with torch.no_grad():
+        ids = cap._model.generate(**inputs, max_new_tokens=6, num_beams=2, num_return_sequences=2)
+    best = cap._processor.batch_decode(ids, skip_special_tokens=True)[0]
+    assert best.startswith(PROMPT) and split_sentences(best[len(PROMPT):])[0] == out[0][0]
     again = BlipCaptioner(str(blip_folder), num_beams=2, num_samples=2, max_new_tokens=6).captions(images(3), PROMPT)
     assert again == out  # sampling is seeded
+    assert BlipCaptioner._target(f"{PROMPT}, sitting on a bench", PROMPT) == "sitting on a bench"
+    assert BlipCaptioner._target(f"{PROMPT}s on a bench", PROMPT) == f"{PROMPT}s on a bench"
 
 
 def test_sentence_loglik_is_the_teacher_forced_likelihood(blip_folder: Path) -> None:

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 
+from tests.test_real_builders import save_open_clip_folder
 from tools.backends.base import BackendError
 from tools.backends.specs import make_backends, make_classifier, parse_spec
 
@@ -26,7 +27,7 @@ def images(n: int = 3, size: int = 40) -> list[np.ndarray]:
     return [rng.integers(0, 256, (size, size + 8, 3), dtype=np.uint8) for _ in range(n)]
 
 
-def check_logits(clf, n_classes: int) -> np.ndarray:  # noqa: ANN001
+def check_logits(clf, n_classes: int) -> np.ndarray:
     ims = images()
     a = clf.logits(ims)
     b = clf.logits(ims[:1])
@@ -113,13 +114,34 @@ def test_open_clip_zero_shot_and_embedder(tmp_path: Path) -> None:
     a = check_logits(clf, 1000)
     assert clf.labels.parent("tabby cat") == "domestic cat"
     # Logits are the scaled cosine similarities: bounded by the logit scale.
-    assert np.abs(a).max() <= float(model.logit_scale.exp()) + 1e-3
+    assert np.abs(a).max() <= float(model.logit_scale.detach().exp()) + 1e-3
     from tools.backends.clip import OpenClipEmbedder, OpenClipModel
 
     emb = OpenClipEmbedder(OpenClipModel(name, str(tmp_path / "clip.pt")))
     f = emb.embed(images())
     assert f.shape == (3, 16)
     np.testing.assert_allclose(np.linalg.norm(f, axis=1), 1.0, rtol=1e-5)
+
+
+def test_open_clip_model_folder(tmp_path: Path) -> None:
+    """open_clip's Hub layout (open_clip_config.json + weights) as a local folder, for classifier and embedder."""
+    from safetensors.torch import load_file
+
+    from tools.backends.clip import OpenClipModel
+
+    folder = save_open_clip_folder(tmp_path / "clip")
+    clf = make_classifier(f"open_clip:{folder},templates=simple")
+    check_logits(clf, 1000)
+    model = OpenClipModel(str(folder))
+    model.load()
+    saved = load_file(str(folder / "open_clip_model.safetensors"))
+    assert torch.equal(model._model.state_dict()["visual.proj"], saved["visual.proj"])  # the folder's weights
+    assert model.id.startswith(f"open_clip:{folder}:folder@") and model.id == OpenClipModel(str(folder)).id
+    (folder / "open_clip_model.safetensors").unlink()
+    with pytest.raises(BackendError, match="no weights"):
+        OpenClipModel(str(folder))
+    with pytest.raises(BackendError, match="neither a model folder nor"):
+        OpenClipModel(str(tmp_path / "nothing"))
 
 
 def test_open_clip_checks(tmp_path: Path) -> None:
@@ -172,31 +194,47 @@ def test_spec_errors() -> None:
     assert (spec.argument, spec.option("steps", cast=int), spec.option("guidance", cast=float)) == ("org/model", 2, 0.0)
 
 
-def test_missing_hub_weights_fail_fast_offline(tmp_path: Path) -> None:
-    """A model absent from the cache is a one-line BackendError naming it, in seconds, never a hang."""
+MISSING = [  # (what is built, words the one-line error must hold)
+    ('make_classifier("hf:no-such-org/no-such-classifier")', ["no-such-org/no-such-classifier", "hf download"]),
+    ('DiffusersGenerator("no-such-org/no-such-pipeline")',
+     ["diffusers pipeline 'no-such-org/no-such-pipeline'", "not in the Hugging Face cache", "hf download"]),
+    ('BlipCaptioner("no-such-org/no-such-blip")', ["BLIP captioner 'no-such-org/no-such-blip'", "hf download"]),
+    ('make_classifier("open_clip:ViT-B-32:laion2b_s34b_b79k")',
+     ["open_clip ViT-B-32:laion2b_s34b_b79k", "hf download laion/CLIP-ViT-B-32-laion2B-s34B-b79K"]),
+    ('make_classifier("timm:resnet18")', ["timm resnet18", "hf download timm/resnet18"]),
+    ('make_classifier("torchvision:resnet50")', ["torchvision resnet50", "IMAGENET1K_V2", "torch hub cache"]),
+    ('make_backends(embedder="open_clip:hf-hub:no-such-org/no-such-clip")',
+     ["open_clip model 'no-such-org/no-such-clip'", "hf download"]),
+]
+
+
+def test_missing_weights_fail_fast_offline(tmp_path: Path) -> None:
+    """A model absent from the caches is a one-line BackendError naming it and the fetch command, in seconds."""
     code = textwrap.dedent("""
+        import sys
         from tools.backends.base import BackendError
-        from tools.backends.specs import make_classifier
+        from tools.backends.specs import make_backends, make_classifier
         from tools.backends.blip_captioner import BlipCaptioner
         from tools.backends.diffusers_generator import DiffusersGenerator
-        for make in (lambda: make_classifier("hf:no-such-org/no-such-classifier"),
-                     lambda: DiffusersGenerator("no-such-org/no-such-pipeline"),
-                     lambda: BlipCaptioner("no-such-org/no-such-blip")):
+        for line in sys.stdin:
             try:
-                make()
+                eval(line)
+                print("LOADED")
             except BackendError as e:
                 print(e)
     """)
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"), "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"), "TORCH_HOME": str(tmp_path / "t"),
+           "PYTHONPATH": str(ROOT)}
     t0 = time.perf_counter()
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60, cwd=ROOT)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60, cwd=ROOT,
+                         input="\n".join(m for m, _ in MISSING) + "\n")
     seconds = time.perf_counter() - t0
-    lines = out.stdout.strip().splitlines()
     assert out.returncode == 0, out.stderr
-    assert "no-such-org/no-such-classifier" in lines[0] and "hf download" in lines[0]
-    assert "no-such-org/no-such-pipeline" in lines[1] and "not in the Hugging Face cache" in lines[1]
-    assert "BLIP captioner 'no-such-org/no-such-blip'" in lines[2]
-    assert seconds < 30
+    lines = out.stdout.strip().splitlines()
+    assert len(lines) == len(MISSING)
+    for line, (_, words) in zip(lines, MISSING):
+        assert all(w in line for w in words), line
+    assert seconds < 30  # measured about 8 s on 2 busy cores, mostly imports
 
 
 def test_classify_command_errors(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -252,4 +290,9 @@ def test_classify_real_efficientnet_lite0(capsys: pytest.CaptureFixture[str], tm
     cat, hop = ({t["label"] for t in im["top"]} for im in out["images"])
     assert cat <= SAMPLE_PHOTOS["chelsea"] | {"lynx"} and len(cat & SAMPLE_PHOTOS["chelsea"]) >= 2
     assert hop & SAMPLE_PHOTOS["grace_hopper"]
-    assert out["images"][0]["top"][0]["prob"] > 0.2
+    assert out["images"][0]["top"][0]["prob"] > 0.2  # measured: tiger cat 0.39, Egyptian Mau 0.36, tabby cat 0.17
+    # Under the parent criterion the cat is no failure for "tabby cat": its top-3 are all domestic cats.
+    from tools.backends.imagenet import imagenet_label_space
+
+    space = imagenet_label_space()
+    assert all(space.same_parent("tabby cat", label) for label in cat)

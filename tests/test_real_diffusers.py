@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import gzip
-import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
+from tests.test_real_builders import save_open_clip_folder, save_sd_pipeline
 from tools.backends.base import BackendError
 from tools.backends.diffusers_generator import DiffusersGenerator
 from tools.backends.specs import UnavailableEditor, make_backends, parse_spec
@@ -17,58 +16,9 @@ from tools.backends.specs import UnavailableEditor, make_backends, parse_spec
 torch.set_num_threads(2)
 
 
-def clip_tokenizer(folder: Path):  # noqa: ANN201 - a CLIPTokenizer
-    """A real CLIP BPE tokenizer, written from the vocabulary open_clip ships (no download)."""
-    import open_clip
-    from transformers import CLIPTokenizer
-
-    bpe = Path(open_clip.__file__).parent / "bpe_simple_vocab_16e6.txt.gz"
-    merges = gzip.open(bpe).read().decode("utf-8").split("\n")[1:49152 - 256 - 2 + 1]
-    tok = open_clip.tokenizer.SimpleTokenizer()
-    specials = {"<start_of_text>": "<|startoftext|>", "<end_of_text>": "<|endoftext|>"}
-    vocab = {specials.get(k, k): v for k, v in tok.encoder.items()}
-    assert vocab["<|startoftext|>"] == 49406 and vocab["<|endoftext|>"] == 49407
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "vocab.json").write_text(json.dumps(vocab))
-    (folder / "merges.txt").write_text("#version: 0.2\n" + "\n".join(merges) + "\n")
-    return CLIPTokenizer.from_pretrained(folder, model_max_length=77)
-
-
-def tiny_pipeline(tmp: Path):  # noqa: ANN201 - a StableDiffusionPipeline
-    from diffusers import AutoencoderKL, DDIMScheduler, StableDiffusionPipeline, UNet2DConditionModel
-    from transformers import CLIPTextConfig, CLIPTextModel
-
-    torch.manual_seed(0)
-    unet = UNet2DConditionModel(block_out_channels=(8, 16), layers_per_block=1, sample_size=16, in_channels=4,
-                                out_channels=4, down_block_types=("DownBlock2D", "CrossAttnDownBlock2D"),
-                                up_block_types=("CrossAttnUpBlock2D", "UpBlock2D"), cross_attention_dim=32,
-                                norm_num_groups=4, attention_head_dim=4)
-    vae = AutoencoderKL(block_out_channels=(8, 16), in_channels=3, out_channels=3, latent_channels=4,
-                        down_block_types=("DownEncoderBlock2D",) * 2, up_block_types=("UpDecoderBlock2D",) * 2,
-                        norm_num_groups=4)
-    text = CLIPTextModel(CLIPTextConfig(bos_token_id=49406, eos_token_id=49407, pad_token_id=49407, hidden_size=32,
-                                        intermediate_size=37, num_attention_heads=4, num_hidden_layers=2,
-                                        vocab_size=49408, max_position_embeddings=77))
-    scheduler = DDIMScheduler(beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear", clip_sample=False,
-                              set_alpha_to_one=False, steps_offset=1)
-    return StableDiffusionPipeline(vae=vae, text_encoder=text, tokenizer=clip_tokenizer(tmp / "tok"), unet=unet,
-                                   scheduler=scheduler, safety_checker=None, feature_extractor=None,
-                                   requires_safety_checker=False)
-
-
 @pytest.fixture(scope="module")
 def saved_pipeline(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    tmp = tmp_path_factory.mktemp("sd")
-    tiny_pipeline(tmp).save_pretrained(tmp / "pipe")
-    return tmp / "pipe"
-
-
-def test_clip_tokenizer_matches_open_clip(tmp_path: Path) -> None:
-    import open_clip
-
-    text = "a realistic photograph of a tabby cat in the snow"
-    ids = clip_tokenizer(tmp_path)(text)["input_ids"]
-    assert ids == [i for i in open_clip.tokenize([text])[0].tolist() if i]
+    return save_sd_pipeline(tmp_path_factory.mktemp("sd"))
 
 
 PROMPTS = ["a realistic photograph of a tabby cat", "a realistic photograph of a tabby cat in the snow",
@@ -95,7 +45,7 @@ def test_same_image_whatever_the_batch_size(saved_pipeline: Path) -> None:
 class FlagSecond:
     """A stand-in safety checker: blacks out and flags the second image of every call."""
 
-    def __call__(self, images, clip_input):  # noqa: ANN001, ANN204
+    def __call__(self, images, clip_input):
         flags = [i == 1 for i in range(len(images))]
         images = images.clone()
         images[1] = -1.0  # black once mapped from [-1, 1] to [0, 1]
@@ -118,37 +68,9 @@ def test_safety_checker_blackout_is_invalid(saved_pipeline: Path) -> None:
     assert out[0].image.max() > 0
 
 
-def test_generator_spec_and_real_editor(saved_pipeline: Path) -> None:
-    spec = parse_spec(f"diffusers:{saved_pipeline},steps=1,guidance=0", "generator")
-    assert spec.option("steps", cast=int) == 1
-    from tools.backends.specs import _generator
-
-    gen = _generator(spec, "cpu", ["tabby cat"])
-    assert (gen.num_inference_steps, gen.guidance_scale) == (1, 0.0)
-    assert gen._pipe is None  # loads on first use
-    with pytest.raises(BackendError, match="sd-edit:PATH"):
-        UnavailableEditor().edit(None, "a", "b")  # type: ignore[arg-type]
-    with pytest.raises(BackendError, match="not found"):
-        DiffusersGenerator(str(saved_pipeline / "missing"))
-
-
-def test_textual_inversion_class_token(saved_pipeline: Path, tmp_path: Path) -> None:
-    torch.manual_seed(1)
-    # Dataset Interfaces' format: {"placeholder": (token, embedding)}.
-    torch.save({"placeholder": ("<tabby-token>", torch.randn(32))}, tmp_path / "learned_embeds.bin")
-    gen = DiffusersGenerator(str(saved_pipeline), num_inference_steps=2, height=32, width=32,
-                             class_token=str(tmp_path / "learned_embeds.bin"), class_name="tabby cat")
-    plain = DiffusersGenerator(str(saved_pipeline), num_inference_steps=2, height=32, width=32)
-    a = gen.generate(PROMPTS[:1], SEEDS[:1])[0]
-    b = plain.generate(PROMPTS[:1], SEEDS[:1])[0]
-    assert gen.prompt_with_token("A photo of a Tabby Cat in the snow") == "A photo of a <tabby-token> in the snow"
-    assert "<tabby-token>" in gen.pipe.tokenizer.get_vocab()
-    assert a.prompt == PROMPTS[0]  # the user's prompt is kept, the token is an encoding detail
-    assert np.abs(a.image.astype(int) - b.image.astype(int)).max() > 0
-
-
-def test_make_backends_mixes_real_and_toyworld_parts(saved_pipeline: Path, monkeypatch: pytest.MonkeyPatch,
-                                                      tmp_path: Path) -> None:
+@pytest.fixture()
+def fake_toyworld(monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
+    """toyworld's loader replaced by stand-ins; returns the calls it gets."""
     import sys
     import types
 
@@ -157,22 +79,123 @@ def test_make_backends_mixes_real_and_toyworld_parts(saved_pipeline: Path, monke
     class Toy:
         def __init__(self, id: str) -> None:
             self.id = id
-            self.labels = LabelSpace(("cat", "dog"))
+            self.labels = LabelSpace(("cat", "tabby cat", "dog"))
 
     calls: list[tuple] = []
 
-    def load_backends(world=None, *, size=64, device="cpu"):  # noqa: ANN001, ANN202
-        calls.append((world, device))
+    def load_backends(world=None, *, size=64, device="cpu", progress=None):
+        calls.append((world, device, progress))
         return Backends(Toy("toy-gen"), Toy("toy-clf"), Toy("toy-cap"), Toy("toy-emb"), Toy("toy-edit"),
                         vocabulary=Vocabulary(background=["in the snow"]), class_prompt="a toy {label}")
 
     monkeypatch.setitem(sys.modules, "tools.backends.toyworld", types.SimpleNamespace(load_backends=load_backends))
-    toy = make_backends(world="w.yaml")
+    return calls
+
+
+def test_generator_spec_and_real_editor(saved_pipeline: Path, fake_toyworld: list[tuple]) -> None:
+    spec = parse_spec(f"diffusers:{saved_pipeline},steps=1,guidance=0", "generator")
+    assert spec.option("steps", cast=int) == 1
+    b = make_backends(generator=f"diffusers:{saved_pipeline},steps=1,guidance=0,height=32,width=32,batch=2,"
+                                "negative=blurry")
+    gen = b.generator
+    assert isinstance(gen, DiffusersGenerator)
+    assert (gen.num_inference_steps, gen.guidance_scale, gen.height, gen.batch_size) == (1, 0.0, 32, 2)
+    assert gen.negative_prompt == "blurry" and gen._pipe is None  # loads on first use
+    assert gen.id.startswith(f"diffusers:{saved_pipeline}@") and ":steps=1:cfg=0:size=32x32:" in gen.id
+    assert isinstance(b.editor, UnavailableEditor)
+    with pytest.raises(BackendError, match="sd-edit:PATH"):
+        b.editor.edit(None, "a", "b")  # type: ignore[arg-type]
+    loaded = make_backends(generator=f"diffusers:{saved_pipeline},steps=1", load=True).generator
+    assert loaded._pipe is not None and type(loaded._pipe).__name__ == "StableDiffusionPipeline"
+    with pytest.raises(BackendError, match="not found"):
+        DiffusersGenerator(str(saved_pipeline / "missing"))
+    with pytest.raises(BackendError, match="unknown option.*colour"):
+        make_backends(generator=f"diffusers:{saved_pipeline},colour=red")
+    with pytest.raises(BackendError, match="at least 1"):
+        make_backends(generator=f"diffusers:{saved_pipeline},steps=0")
+
+
+def test_ids_change_with_what_changes_the_images(saved_pipeline: Path, tmp_path: Path) -> None:
+    import shutil
+
+    def gen_id(folder: Path, **kw: object) -> str:
+        return DiffusersGenerator(str(folder), num_inference_steps=2, **kw).id  # type: ignore[arg-type]
+
+    base = gen_id(saved_pipeline)
+    assert base == gen_id(saved_pipeline)
+    assert len({base, gen_id(saved_pipeline, height=64), gen_id(saved_pipeline, guidance_scale=1.0),
+                gen_id(saved_pipeline, negative_prompt="x")}) == 4
+    copy = shutil.copytree(saved_pipeline, tmp_path / "copy")
+    before = gen_id(copy)
+    (copy / "unet" / "config.json").write_text((copy / "unet" / "config.json").read_text() + " ")
+    assert gen_id(copy) != before  # weights or configs replaced in place: cached predictions are not reused
+
+
+def test_textual_inversion_class_tokens(saved_pipeline: Path, tmp_path: Path) -> None:
+    torch.manual_seed(1)
+    # Dataset Interfaces' format {"placeholder": (token, embedding)} and diffusers' {token: embedding}.
+    torch.save({"placeholder": ("<tabby-token>", torch.randn(32))}, tmp_path / "tabby.bin")
+    torch.save({"<tiger-token>": torch.randn(1, 32)}, tmp_path / "tiger.bin")
+    gen = DiffusersGenerator(str(saved_pipeline), num_inference_steps=1, guidance_scale=0, height=32, width=32,
+                             class_tokens={"tabby cat": str(tmp_path / "tabby.bin"),
+                                           "tiger cat": str(tmp_path / "tiger.bin")})
+    plain = DiffusersGenerator(str(saved_pipeline), num_inference_steps=1, guidance_scale=0, height=32, width=32)
+    a = gen.generate(PROMPTS[:1], SEEDS[:1])[0]
+    b = plain.generate(PROMPTS[:1], SEEDS[:1])[0]
+    assert gen.prompt_with_token("A photo of a Tabby Cat in the snow") == "A photo of a <tabby-token> in the snow"
+    assert gen.prompt_with_token("a tiger cat, not a tiger") == "a <tiger-token>, not a tiger"
+    vocab = gen.pipe.tokenizer.get_vocab()
+    assert {"<tabby-token>", "<tiger-token>"} <= set(vocab)
+    # The learned vector really is the token's embedding in the text encoder.
+    table = gen.pipe.text_encoder.get_input_embeddings().weight
+    torch.manual_seed(1)
+    assert torch.allclose(table[vocab["<tabby-token>"]], torch.randn(32))
+    assert a.prompt == PROMPTS[0]  # the user's prompt is kept, the token is an encoding detail
+    assert np.abs(a.image.astype(int) - b.image.astype(int)).max() > 0
+    assert ":token=tabby cat=tabby.bin@" in gen.id and gen.id != plain.id
+    with pytest.raises(BackendError, match="class token file not found"):
+        DiffusersGenerator(str(saved_pipeline), class_tokens={"tabby cat": str(tmp_path / "none.bin")})
+
+
+def test_make_backends_mixes_real_and_toyworld_parts(saved_pipeline: Path, fake_toyworld: list[tuple]) -> None:
+    ticks: list[tuple[str, int, int]] = []
+    toy = make_backends(world="w.yaml", progress=lambda *a: ticks.append(a))
     assert toy.ids == {"generator": "toy-gen", "classifier": "toy-clf", "captioner": "toy-cap",
                        "embedder": "toy-emb", "editor": "toy-edit"}
     assert toy.class_prompt == "a toy {label}" and toy.vocabulary.background == ["in the snow"]
+    assert ticks == [("loading models", 0, 1), ("loading models", 1, 1)]
+    assert fake_toyworld[0][2] is not None  # toyworld gets the progress callback (it may train)
     mixed = make_backends(generator=f"diffusers:{saved_pipeline},steps=2", world="w.yaml")
     assert isinstance(mixed.generator, DiffusersGenerator) and mixed.classifier.id == "toy-clf"
     assert isinstance(mixed.editor, UnavailableEditor)
     assert mixed.class_prompt == "a realistic photograph of a {label}" and mixed.vocabulary.background == []
-    assert calls == [("w.yaml", "cpu")] * 2
+    assert [c[:2] for c in fake_toyworld] == [("w.yaml", "cpu")] * 2
+    with pytest.raises(BackendError, match="need a diffusers generator"):
+        make_backends(class_tokens={"cat": "x.bin"})
+    with pytest.raises(BackendError, match="open_clip embedder"):
+        make_backends(generator=f"diffusers:{saved_pipeline}", clip_checks="on")
+
+
+def test_clip_checks_on_generated_images(saved_pipeline: Path, tmp_path: Path, fake_toyworld: list[tuple]) -> None:
+    from tools.backends.specs import BackendSpecs
+
+    folder = save_open_clip_folder(tmp_path / "clip")
+    specs = BackendSpecs(generator=f"diffusers:{saved_pipeline},steps=1,guidance=0,height=32,width=32",
+                         embedder=f"open_clip:{folder}", clip_checks="on", clip_class_top_k=1,
+                         clip_shift_threshold=1.01)
+    b = specs.build()
+    gen = b.generator
+    assert gen.checks.model is b.embedder.model  # one CLIP for clustering and checking
+    assert (gen.checks.class_top_k, gen.checks.shift_threshold) == (1, 1.01)
+    assert gen.checks.class_names == ["cat", "tabby cat", "dog"]  # the classifier's label space
+    assert ":checks=open_clip:" in gen.id
+    prompts = ["a realistic photograph of a tabby cat in the snow", "a realistic photograph of a dog"] * 3
+    out = gen.generate(prompts, list(range(6)))
+    ranks = [g.meta["clip"]["class_rank"] for g in out]
+    assert [g.meta["clip"]["class"] for g in out] == ["tabby cat", "dog"] * 3
+    assert set(ranks) <= {1, 2, 3} and 1 in ranks and max(ranks) > 1  # both outcomes occur (measured: 1,3,2,3,1,3)
+    assert [g.valid for g in out] == [r == 1 for r in ranks]  # the class not CLIP's first choice: invalid
+    # No similarity reaches 1.01: the shift is reported unrendered wherever the class was seen.
+    assert [g.unrendered for g in out if g.valid and "snow" in g.prompt] == \
+        [("in the snow",)] * sum(1 for g, r in zip(out, ranks) if r == 1 and "snow" in g.prompt)
+    assert all(-1 <= g.meta["clip"]["class_similarity"] <= 1 for g in out)

@@ -65,3 +65,32 @@ def test_parent_criterion_on_top3() -> None:
     assert not failed("tabby cat", ["tiger cat", "lynx", "snow leopard"])
     assert failed("Persian cat", ["snow leopard", "lynx", "cougar"])
     assert failed("fly", ["bee", "ant", "cicada"])
+
+
+def test_parent_criterion_through_criteria_failed() -> None:
+    """The criterion the investigation applies (tools/backends/criteria.py) on ImageNet logits."""
+    import numpy as np
+
+    from tools.backends.criteria import failed
+
+    space = imagenet_label_space()
+
+    def logits_for(*top: str) -> np.ndarray:
+        row = np.zeros(1000)
+        for rank, label in enumerate(top):
+            row[space.index(label)] = 10.0 - rank
+        return row
+
+    rows = np.stack([logits_for("tiger cat", "lynx", "snow leopard"),  # a domestic cat at rank 1
+                     logits_for("snow leopard", "lynx", "Egyptian Mau"),  # ... at rank 3
+                     logits_for("snow leopard", "lynx", "cougar", "tabby cat"),  # ... only at rank 4
+                     logits_for("tabby cat")])
+    assert failed(rows, "tabby cat", space, "parent", k=3).tolist() == [False, False, True, False]
+    assert failed(rows, "tabby cat", space, "top1").tolist() == [True, True, True, False]
+    assert failed(rows, "tabby cat", space, "topk", k=3).tolist() == [True, True, True, False]
+    # A class alone under its parent: the parent criterion is the top-k criterion.
+    lonely = next(label for label in space.labels
+                  if sum(space.parent(x) == space.parent(label) for x in space.labels) == 1)
+    solo = np.stack([logits_for(lonely), logits_for("tabby cat", "tiger cat", "lynx")])
+    assert failed(solo, lonely, space, "parent").tolist() == failed(solo, lonely, space, "topk").tolist() \
+        == [False, True]

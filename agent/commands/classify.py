@@ -26,6 +26,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "timm:NAME:CKPT, open_clip:MODEL:WEIGHTS, hf:PATH, callable:module:function.")
     p.add_argument("--world", help="toyworld config file, for --classifier toyworld.")
     p.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:N, mps or auto.")
+    p.add_argument("--dtype", choices=["float32", "float16", "bfloat16"], default=None,
+                   help="Precision of a real classifier (default float32; float16 needs a GPU).")
     p.add_argument("--top", type=int, default=5, help="Labels to show per image (default 5).")
     p.add_argument("--json", action="store_true", help="Print JSON instead of a table.")
 
@@ -40,14 +42,14 @@ def read_image(path: Path) -> np.ndarray:
         raise UsageError(f"cannot read image {path}: {e}") from None
 
 
-def load_classifier(spec: str, world: str | None, device: str) -> Any:
+def load_classifier(spec: str, world: str | None, device: str, dtype: str | None = None) -> Any:
     if spec.split(",")[0].strip() == "toyworld":
         from tools.backends.toyworld import load_backends
 
         return load_backends(world, device=device).classifier
     from tools.backends.specs import make_classifier
 
-    return make_classifier(spec, device=device)
+    return make_classifier(spec, device=device, dtype=dtype)
 
 
 def top_labels(logits: np.ndarray, labels: tuple[str, ...], k: int) -> list[list[dict[str, Any]]]:
@@ -70,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"world config not found: {args.world}")
     images = [read_image(p) for p in paths]
     try:
-        clf = load_classifier(args.classifier, args.world, args.device)
+        clf = load_classifier(args.classifier, args.world, args.device, args.dtype)
         logits = np.asarray(clf.logits(images), dtype=np.float64)
     except BackendError as e:
         raise UsageError(str(e)) from None

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agent.backend_args import add_backend_arguments, build_backends, check_backend_args
+from agent.backend_args import add_backend_arguments, backend_config, build_backends, check_backend_args
 from agent.cli import UsageError
 from agent.planner_args import add_planner_arguments, build_planner, check_planner_args
 
@@ -78,6 +78,7 @@ def summary(session: Any, result: Any, seconds: float) -> dict[str, Any]:
         "class": inv.label,
         "status": result.status,
         "images": inv.budget.used,
+        "baseline": ({"k": base.k, "n": base.n} if (base := inv.baselines.get("discovery")) is not None else None),
         "seconds": round(seconds, 2),
         "transcript": str(session.transcript),
         "hypotheses_tested": len([t for t in inv.tests if t.purpose == "discovery"]),
@@ -104,8 +105,10 @@ def run(args: argparse.Namespace) -> int:
     if args.label not in labels.labels:
         raise UsageError(labels.unknown_message(args.label))
     run_dir = new_run_dir(Path(args.runs), args.label, args.seed)
+    planner = build_planner(args, backends, args.label)
     config = {"class": args.label, "world": args.world, "budget": args.budget, "baseline_n": args.baseline_n,
-              "seed": args.seed, "criterion": args.criterion, "alpha": args.alpha, "planner": args.planner}
+              "seed": args.seed, "criterion": args.criterion, "alpha": args.alpha, "planner": planner.name,
+              "backends": backend_config(args)}
     try:
         session = Session(backends=backends, label=args.label, run_dir=run_dir, config=config, seed=args.seed,
                           budget=args.budget, criterion=args.criterion, alpha=args.alpha, progress=bars.update)
@@ -117,7 +120,6 @@ def run(args: argparse.Namespace) -> int:
             if renderable is not None:
                 bars.print(renderable)
         session.subscribers.append(show)
-    planner = build_planner(args, backends, args.label)
     t0 = time.perf_counter()
     with bars:
         result = session.run(planner)

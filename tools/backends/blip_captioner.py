@@ -1,8 +1,9 @@
 """Prompt-conditioned captions and caption likelihoods from BLIP / BLIP-2 class models (transformers).
 
 As in Wiles et al. §3: the captioner completes the class prompt ("a realistic photograph of a tabby cat ...")
-for each failed image, with beam-search and sampled candidates split into sentences; the greedy selection
-then ranks sentences by their log-likelihood, teacher-forced, given the image and the class prompt.
+for each failed image, with beam-search and sampled candidates; what the model adds after the prompt is split into
+sentences (so "... tabby cat sitting on a bench. it is snowing." gives "sitting on a bench", "it is snowing"). The
+greedy selection then ranks sentences by their log-likelihood, teacher-forced, given the image and the class prompt.
 """
 
 from __future__ import annotations
@@ -14,7 +15,16 @@ from typing import Any
 import numpy as np
 
 from tools.backends.base import BackendError, Image
-from tools.backends.loading import batches, choose_device, choose_dtype, resolve_pretrained, to_pil
+from tools.backends.loading import (
+    batches,
+    choose_device,
+    choose_dtype,
+    dtype_tag,
+    fingerprint,
+    quiet_loading,
+    resolve_pretrained,
+    to_pil,
+)
 
 _SENTENCE_END = re.compile(r"(?<=[.!?;])\s+|\n+")
 
@@ -41,7 +51,8 @@ class BlipCaptioner:
         self.top_p = top_p
         self.seed = seed
         self.batch_size = batch_size
-        self.id = f"blip:{model}:beams={num_beams}:samples={num_samples}"
+        self.id = (f"blip:{model}@{fingerprint(self._folder)}:beams={num_beams}:samples={num_samples}"
+                   f":tokens={max_new_tokens}:seed={seed}{dtype_tag(self.dtype)}")
         self._model: Any = None
         self._processor: Any = None
         self._kind = ""
@@ -51,18 +62,20 @@ class BlipCaptioner:
             return
         from transformers import AutoConfig, AutoProcessor, Blip2ForConditionalGeneration, BlipForConditionalGeneration
 
+        classes: dict[str, Any] = {"blip": BlipForConditionalGeneration, "blip-2": Blip2ForConditionalGeneration}
         try:
-            config = AutoConfig.from_pretrained(self._folder, local_files_only=True)
-            classes = {"blip": BlipForConditionalGeneration, "blip-2": Blip2ForConditionalGeneration}
-            if config.model_type not in classes:
-                raise BackendError(f"{self.model_ref!r} is a {config.model_type} model; the captioner takes BLIP "
-                                   f"or BLIP-2 models.")
-            self._kind = config.model_type
-            model = classes[config.model_type].from_pretrained(self._folder, local_files_only=True, dtype=self.dtype)
-            self._processor = AutoProcessor.from_pretrained(self._folder, local_files_only=True)
+            with quiet_loading():
+                config = AutoConfig.from_pretrained(self._folder, local_files_only=True)
+                if config.model_type not in classes:
+                    raise BackendError(f"{self.model_ref!r} is a {config.model_type} model; the captioner takes "
+                                       f"BLIP or BLIP-2 models.")
+                model = classes[config.model_type].from_pretrained(self._folder, local_files_only=True,
+                                                                   dtype=self.dtype)
+                self._processor = AutoProcessor.from_pretrained(self._folder, local_files_only=True)
         except (OSError, ValueError) as e:
             raise BackendError(f"BLIP captioner {self.model_ref!r}: cannot load from {self._folder}: "
                                f"{str(e).splitlines()[0]}") from None
+        self._kind = config.model_type
         self._model = model.to(self.device).eval()
 
     @property
@@ -92,9 +105,10 @@ class BlipCaptioner:
                 runs.append({"num_beams": self.num_beams, "num_return_sequences": self.num_beams})
             if self.num_samples > 0:
                 runs.append({"do_sample": True, "top_p": self.top_p, "num_return_sequences": self.num_samples})
+            devices = [self.device] if self.device.type == "cuda" else []
             for i, run in enumerate(runs):
                 # A private RNG stream: sampled captions depend on the seed, not on what ran before.
-                with torch.random.fork_rng(devices=[]), torch.no_grad():
+                with torch.random.fork_rng(devices=devices), torch.no_grad():
                     torch.manual_seed(self.seed + i)
                     ids = self._model.generate(**inputs, max_new_tokens=self.max_new_tokens, **run)
                 decoded = self._processor.batch_decode(ids, skip_special_tokens=True)
@@ -104,7 +118,8 @@ class BlipCaptioner:
             for cands in texts:
                 sentences: list[str] = []
                 for text in cands:
-                    for s in split_sentences(text):
+                    # The caption goes on after the class prompt: its sentences are what the model added.
+                    for s in split_sentences(self._target(text, class_prompt)):
                         if s not in sentences:
                             sentences.append(s)
                 out.append(sentences)
@@ -112,10 +127,13 @@ class BlipCaptioner:
 
     # -- likelihood ------------------------------------------------------------------------------------------
 
-    def _target(self, sentence: str, class_prompt: str) -> str:
+    @staticmethod
+    def _target(sentence: str, class_prompt: str) -> str:
         """The part of ``sentence`` the captioner must produce after the class prompt."""
-        s, p = sentence.strip(), class_prompt.strip()
-        return s[len(p):].strip() if s.lower().startswith(p.lower()) else s
+        s, p = " ".join(sentence.split()), " ".join(class_prompt.split())
+        if s.lower().startswith(p.lower()) and not s[len(p):len(p) + 1].isalnum():
+            return s[len(p):].strip(" ,")
+        return s
 
     def sentence_loglik(self, images: Sequence[Image], sentence: str, class_prompt: str) -> np.ndarray:
         import torch

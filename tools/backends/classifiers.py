@@ -21,7 +21,10 @@ from tools.backends.loading import (
     batches,
     choose_device,
     choose_dtype,
+    dtype_tag,
+    fingerprint,
     load_state_dict,
+    quiet_loading,
     resolve_hub_file,
     resolve_pretrained,
     to_pil,
@@ -112,7 +115,7 @@ def torchvision_classifier(arch: str, weights: str | None = None, *, device: str
         n = _num_outputs(state)
         meta_weights = enum.DEFAULT
         labels = generic_label_space(n)
-        source = str(weights)
+        source = f"{weights}@{fingerprint(Path(weights).expanduser())}"
     else:
         try:
             meta_weights = enum[weights] if weights else enum.DEFAULT
@@ -133,8 +136,8 @@ def torchvision_classifier(arch: str, weights: str | None = None, *, device: str
     _load_into(model, state, what)
     model = model.to(dev, dt).eval()
     tf = meta_weights.transforms()
-    return TorchClassifier(f"torchvision:{arch}:{source}", labels, model, stack_transform(tf), device=dev, dtype=dt,
-                           batch_size=batch_size)
+    return TorchClassifier(f"torchvision:{arch}:{source}{dtype_tag(dt)}", labels, model, stack_transform(tf),
+                           device=dev, dtype=dt, batch_size=batch_size)
 
 
 # -- timm ---------------------------------------------------------------------------------------------------
@@ -160,9 +163,13 @@ def timm_classifier(name: str, checkpoint: str | None = None, *, device: str = "
         raise BackendError(f"unknown timm model {name!r}; see timm.list_models().")
     dev = choose_device(device)
     dt = choose_dtype(dtype, dev)
+    source = "state"
     if state is None and checkpoint is not None:
-        state = load_state_dict(Path(checkpoint).expanduser() if Path(checkpoint).expanduser().is_file()
-                                else _missing(what, checkpoint), what=what)
+        file = Path(checkpoint).expanduser()
+        if not file.is_file():
+            raise BackendError(f"{what} weights not found: {checkpoint} is not a file.")
+        state = load_state_dict(file, what=what)
+        source = f"{checkpoint}@{fingerprint(file)}"
     if state is None:
         cfg = timm.models.get_pretrained_cfg(name)
         repo = getattr(cfg, "hf_hub_id", None) if cfg is not None else None
@@ -170,7 +177,7 @@ def timm_classifier(name: str, checkpoint: str | None = None, *, device: str = "
             raise BackendError(f"{what} has no Hugging Face weights; pass a checkpoint: timm:{name}:/path.pth")
         file = resolve_hub_file(repo, ["model.safetensors", "pytorch_model.bin"], what=what)
         state = load_state_dict(file, what=what)
-        checkpoint = repo
+        source = f"{repo}@{fingerprint(file.parent)}"
     n = _num_outputs(state)
     model = timm.create_model(name, pretrained=False, num_classes=n)
     _load_into(model, state, what)
@@ -179,12 +186,8 @@ def timm_classifier(name: str, checkpoint: str | None = None, *, device: str = "
     size = int(data["input_size"][-1])
     tf = center_crop_transform(size, float(data.get("crop_pct", 0.875)), str(data.get("interpolation", "bicubic")),
                                data["mean"], data["std"])
-    return TorchClassifier(f"timm:{name}:{checkpoint or 'state'}", generic_label_space(n), model, tf, device=dev,
+    return TorchClassifier(f"timm:{name}:{source}{dtype_tag(dt)}", generic_label_space(n), model, tf, device=dev,
                            dtype=dt, batch_size=batch_size)
-
-
-def _missing(what: str, ref: str) -> Any:
-    raise BackendError(f"{what} weights not found: {ref} is not a file.")
 
 
 def efficientnet_lite0_classifier(*, device: str = "cpu", dtype: str | None = None,
@@ -208,7 +211,7 @@ def efficientnet_lite0_classifier(*, device: str = "cpu", dtype: str | None = No
         raise BackendError(f"efficientnet-lite0: {path.name} does not map onto timm's tf_efficientnet_lite0.")
     state = dict(zip(target.keys(), old.values()))
     clf = timm_classifier("tf_efficientnet_lite0", device=device, dtype=dtype, batch_size=batch_size, state=state)
-    clf.id = "efficientnet-lite0"
+    clf.id = f"efficientnet-lite0{dtype_tag(clf.dtype)}"
     return clf
 
 
@@ -223,15 +226,17 @@ def hf_classifier(ref: str, *, device: str = "cpu", dtype: str | None = None, ba
     dev = choose_device(device)
     dt = choose_dtype(dtype, dev)
     try:
-        model = AutoModelForImageClassification.from_pretrained(folder, local_files_only=True, dtype=dt)
-        processor = AutoImageProcessor.from_pretrained(folder, local_files_only=True)
+        with quiet_loading():
+            model = AutoModelForImageClassification.from_pretrained(folder, local_files_only=True, dtype=dt)
+            processor = AutoImageProcessor.from_pretrained(folder, local_files_only=True)
     except (OSError, ValueError) as e:
         raise BackendError(f"Hugging Face classifier {ref!r}: cannot load from {folder}: "
                            f"{str(e).splitlines()[0]}") from None
     model = model.to(dev).eval()
     n = int(model.config.num_labels)
     names = [str(model.config.id2label.get(i, f"class_{i}")) for i in range(n)]
-    return TorchClassifier(f"hf:{ref}", label_space_from_names(names), lambda x: model(pixel_values=x).logits,
+    return TorchClassifier(f"hf:{ref}@{fingerprint(folder)}{dtype_tag(dt)}", label_space_from_names(names),
+                           lambda x: model(pixel_values=x).logits,
                            lambda pils: processor(images=pils, return_tensors="pt")["pixel_values"], device=dev,
                            dtype=dt, batch_size=batch_size)
 

@@ -13,17 +13,28 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from tools.backends.base import BackendError, Image
-from tools.backends.loading import batches, choose_device, choose_dtype, resolve_hub_file, resolve_pretrained, to_pil
+from tools.backends.loading import (
+    batches,
+    choose_device,
+    choose_dtype,
+    dtype_tag,
+    fingerprint,
+    resolve_hub_file,
+    resolve_pretrained,
+    to_pil,
+)
 
 
 class OpenClipModel:
-    """An open_clip model loaded on first use from a checkpoint file, a pretrained tag in the HF cache, or
-    ``hf-hub:org/repo`` in the cache. Never downloads."""
+    """An open_clip model loaded on first use (or by `load`) from a checkpoint file, a pretrained tag in the HF
+    cache, a model folder (``open_clip_config.json`` + weights, open_clip's Hub layout) or ``hf-hub:org/repo`` in
+    the cache. Never downloads."""
 
     def __init__(self, model_name: str, pretrained: str | None = None, *, device: str = "cpu",
                  dtype: str | None = None, batch_size: int = 32, quick_gelu: bool | None = None) -> None:
@@ -37,14 +48,31 @@ class OpenClipModel:
         self._kwargs: dict[str, Any] = {}
         self._name = model_name
         self._weights: str | None = None
+        self._source: str = pretrained or "random"
+        folder = None
         if model_name.startswith("hf-hub:"):
             folder = resolve_pretrained(model_name[len("hf-hub:"):], what="open_clip model")
-            self._name = f"local-dir:{folder}"
+        elif Path(model_name).expanduser().is_dir():
+            folder = Path(model_name).expanduser()
         elif model_name not in open_clip.list_models():
-            raise BackendError(f"unknown open_clip model {model_name!r}; see open_clip.list_models(), "
-                               f"e.g. ViT-B-32.")
+            raise BackendError(f"unknown open_clip model {model_name!r}: neither a model folder nor one of "
+                               f"open_clip.list_models(), e.g. ViT-B-32.")
+        if folder is not None:
+            if not (folder / "open_clip_config.json").is_file():
+                raise BackendError(f"open_clip model {model_name!r}: no open_clip_config.json in {folder}.")
+            if not any(next(folder.glob(f"*.{ext}"), None) for ext in ("safetensors", "bin", "pth")):
+                raise BackendError(f"open_clip model {model_name!r}: no weights (.safetensors, .bin, .pth) in "
+                                   f"{folder}.")
+            self._name = f"local-dir:{folder}"
+            self._source = f"folder@{fingerprint(folder)}"
+            if pretrained:
+                raise BackendError(f"open_clip model {model_name!r} is a folder holding its weights; drop "
+                                   f"{pretrained!r}.")
         if pretrained:
             self._weights = self._resolve_weights(pretrained)
+            # A file's own fingerprint; a cached tag's snapshot commit.
+            weights = Path(self._weights).expanduser()
+            self._source = f"{pretrained}@{fingerprint(weights if resolve_local(pretrained) else weights.parent)}"
         if quick_gelu is not None:
             self._kwargs["force_quick_gelu"] = quick_gelu
         self._model: Any = None
@@ -53,7 +81,7 @@ class OpenClipModel:
 
     @property
     def id(self) -> str:
-        return f"open_clip:{self.model_name}:{self.pretrained or 'random'}"
+        return f"open_clip:{self.model_name}:{self._source}{dtype_tag(self.dtype)}"
 
     def _resolve_weights(self, pretrained: str) -> str:
         import open_clip
@@ -86,7 +114,7 @@ class OpenClipModel:
         try:
             model, _, preprocess = open_clip.create_model_and_transforms(
                 self._name, pretrained=self._weights, device=self.device, **self._kwargs)
-        except RuntimeError as e:
+        except (RuntimeError, ValueError, OSError) as e:
             raise BackendError(f"open_clip {self.model_name}: cannot load {self._weights}: "
                                f"{str(e).splitlines()[0]}") from None
         self._model = model.to(dtype=self.dtype).eval()
@@ -125,8 +153,6 @@ class OpenClipModel:
 
 
 def resolve_local(ref: str) -> bool:
-    from pathlib import Path
-
     return Path(ref).expanduser().is_file()
 
 
@@ -168,6 +194,7 @@ class ClipChecks:
         self.shift_threshold = shift_threshold
         self.class_template = class_template
         self._class_text: np.ndarray | None = None
+        self.id = f"{model.id}:top{class_top_k}:shift{shift_threshold:g}"
         # Longest names first so "tiger cat" wins over "cat" when both are classes.
         self._by_length = sorted(self.class_names, key=len, reverse=True)
 

@@ -7,8 +7,9 @@ Images a safety checker blacks out come back with ``valid=False``: unusable, not
 
 from __future__ import annotations
 
+import inspect
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,14 +17,23 @@ import numpy as np
 
 from tools.backends.base import BackendError, Generation
 from tools.backends.clip import ClipChecks
-from tools.backends.loading import batches, choose_device, choose_dtype, resolve_pretrained
+from tools.backends.loading import (
+    batches,
+    choose_device,
+    choose_dtype,
+    dtype_tag,
+    fingerprint,
+    quiet_loading,
+    resolve_pretrained,
+)
 
 
 class DiffusersGenerator:
-    """A diffusers text-to-image pipeline loaded on first use from a local folder or the HF cache.
+    """A diffusers text-to-image pipeline loaded on first use (or by `load`) from a local folder or the HF cache.
 
-    ``class_token`` is a textual-inversion embedding (Dataset Interfaces learns one per ImageNet class); with
-    ``class_name`` given, that name is replaced by the learned token in every prompt before encoding.
+    ``class_tokens`` maps class names to textual-inversion embedding files (Dataset Interfaces learns one per
+    ImageNet class so generated images match the dataset's look): each name is replaced by its learned token in
+    every prompt before encoding; a file under the name ``""`` only adds its token to the vocabulary.
     ``checks`` (optional) are Dataset Interfaces' CLIP checks: an image CLIP cannot see the class in is
     marked invalid, and a shift CLIP cannot see is reported in ``unrendered``.
     """
@@ -31,62 +41,89 @@ class DiffusersGenerator:
     def __init__(self, model: str | None = None, *, pipeline: Any = None, device: str = "cpu",
                  dtype: str | None = None, num_inference_steps: int = 30, guidance_scale: float = 7.5,
                  height: int | None = None, width: int | None = None, batch_size: int = 4,
-                 negative_prompt: str | None = None, class_token: str | None = None, class_name: str | None = None,
+                 negative_prompt: str | None = None, class_tokens: Mapping[str, str] | None = None,
                  checks: ClipChecks | None = None, class_prompt: str = "a realistic photograph of a {label}") -> None:
         if (model is None) == (pipeline is None):
             raise ValueError("give exactly one of model (path or Hub id) and pipeline")
+        if num_inference_steps < 1 or batch_size < 1:
+            raise BackendError(f"diffusers: steps and batch must be at least 1 (got {num_inference_steps}, "
+                               f"{batch_size}).")
         self.model = model
         self.device = choose_device(device)
         self.dtype = choose_dtype(dtype, self.device)
         self._folder = resolve_pretrained(model, what="diffusers pipeline") if model is not None else None
-        if class_token is not None and not Path(class_token).expanduser().is_file():
-            raise BackendError(f"class token file not found: {class_token}")
+        self.class_tokens = {name.strip(): Path(f).expanduser() for name, f in (class_tokens or {}).items()}
+        for f in self.class_tokens.values():
+            if not f.is_file():
+                raise BackendError(f"class token file not found: {f}")
         self.num_inference_steps = num_inference_steps
         self.guidance_scale = guidance_scale
         self.height = height
         self.width = width
         self.batch_size = batch_size
         self.negative_prompt = negative_prompt
-        self.class_token = class_token
-        self.class_name = class_name
         self.checks = checks
         self.class_prompt = class_prompt
         self._pipe = pipeline
-        self._tokens: list[str] = []
-        self.id = (f"diffusers:{model or type(pipeline).__name__}:steps={num_inference_steps}"
-                   f":cfg={guidance_scale:g}" + (f":token={Path(class_token).name}" if class_token else ""))
+        self._tokens: dict[str, str] = {}
+        self.id = self._make_id(pipeline)
         if pipeline is not None:
-            self._prepare(pipeline)
+            with quiet_loading():
+                self._prepare(pipeline)
+
+    def _make_id(self, pipeline: Any) -> str:
+        """Everything that changes the images: the cache keys predictions by this id."""
+        source = (f"{self.model}@{fingerprint(self._folder)}" if self._folder is not None
+                  else type(pipeline).__name__)
+        parts = [f"diffusers:{source}", f"steps={self.num_inference_steps}", f"cfg={self.guidance_scale:g}"]
+        if self.height is not None or self.width is not None:
+            parts.append(f"size={self.height or 'auto'}x{self.width or 'auto'}")
+        if self.negative_prompt:
+            parts.append(f"negative={self.negative_prompt!r}")
+        parts += [f"token={name or '-'}={f.name}@{fingerprint(f)}" for name, f in sorted(self.class_tokens.items())]
+        if self.checks is not None:
+            parts.append(f"checks={self.checks.id}")
+        return ":".join(parts) + dtype_tag(self.dtype)
 
     # -- loading ---------------------------------------------------------------------------------------------
 
-    @property
-    def pipe(self) -> Any:
-        if self._pipe is None:
-            from diffusers import DiffusionPipeline
+    def load(self) -> None:
+        """Load the pipeline now (it otherwise loads on the first `generate`)."""
+        if self._pipe is not None:
+            return
+        from diffusers import DiffusionPipeline
 
+        with quiet_loading():
             try:
                 pipe = DiffusionPipeline.from_pretrained(self._folder, dtype=self.dtype, local_files_only=True)
             except (OSError, ValueError) as e:
                 raise BackendError(f"diffusers pipeline {self.model!r}: cannot load from {self._folder}: "
                                    f"{str(e).splitlines()[0]}") from None
-            self._pipe = pipe
             self._prepare(pipe)
+        self._pipe = pipe
+
+    @property
+    def pipe(self) -> Any:
+        self.load()
         return self._pipe
 
     def _prepare(self, pipe: Any) -> None:
+        if not _text_to_image(pipe):
+            raise BackendError(f"diffusers pipeline {self.model!r} ({type(pipe).__name__}) is not a text-to-image "
+                               f"pipeline.")
         pipe.to(self.device)
         pipe.set_progress_bar_config(disable=True)
-        if self.class_token is not None:
-            self._tokens = load_class_token(pipe, Path(self.class_token).expanduser())
+        for name, path in self.class_tokens.items():
+            self._tokens[name] = load_class_token(pipe, path)[0]
 
     # -- generation ------------------------------------------------------------------------------------------
 
     def prompt_with_token(self, prompt: str) -> str:
-        if not self._tokens or not self.class_name:
-            return prompt
-        return re.sub(rf"(?<![\w-]){re.escape(self.class_name)}(?![\w-])", self._tokens[0], prompt,
-                      flags=re.IGNORECASE)
+        """The prompt as encoded: each class name that has a learned token replaced by it (longest names first)."""
+        for name in sorted((n for n in self._tokens if n), key=len, reverse=True):
+            prompt = re.sub(rf"(?<![\w-]){re.escape(name)}(?![\w-])", self._tokens[name], prompt,
+                            flags=re.IGNORECASE)
+        return prompt
 
     def generate(self, prompts: Sequence[str], seeds: Sequence[int]) -> list[Generation]:
         if len(prompts) != len(seeds):
@@ -141,6 +178,16 @@ class DiffusersGenerator:
                 g.unrendered = (*g.unrendered, c.shift_text)
 
 
+def _text_to_image(pipe: Any) -> bool:
+    """Takes a prompt and needs no input image (image-to-image and inpainting pipelines do)."""
+    try:
+        params = inspect.signature(pipe.__call__).parameters
+    except (TypeError, ValueError):
+        return True
+    image = params.get("image")
+    return "prompt" in params and (image is None or image.default is not inspect.Parameter.empty)
+
+
 def to_uint8(images: Any) -> list[np.ndarray]:
     """Pipeline output (float in [0, 1], or PIL) as uint8 (H, W, 3) arrays."""
     out = []
@@ -176,12 +223,21 @@ def load_class_token(pipe: Any, path: Path) -> list[str]:
         state = {str(token): emb}
     if isinstance(state, dict) and "string_to_param" in state:
         tokens = [f"<{path.stem}>"]
-        pipe.load_textual_inversion(state, token=tokens[0])
+        _load_embedding(pipe, state, tokens[0], path)
         return tokens
-    if not isinstance(state, dict) or not state:
+    if not isinstance(state, dict) or not state or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise BackendError(f"class token {path}: not a textual-inversion embedding.")
     tokens = [str(k) for k in state]
     for token in tokens:
-        emb = state[token]
-        pipe.load_textual_inversion({token: emb.reshape(-1, emb.shape[-1])[0]}, token=token)
+        emb = state[token].reshape(-1, state[token].shape[-1])
+        # One row is one token; several rows are a multi-vector token (diffusers adds token_1, token_2, ...).
+        _load_embedding(pipe, {token: emb[0] if len(emb) == 1 else emb}, token, path)
     return tokens
+
+
+def _load_embedding(pipe: Any, state: dict[str, Any], token: str, path: Path) -> None:
+    try:
+        pipe.load_textual_inversion(state, token=token)
+    except ValueError as e:
+        # Already in the vocabulary, or an embedding of another text encoder's width.
+        raise BackendError(f"class token {path}: {str(e).splitlines()[0]}") from None

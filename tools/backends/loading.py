@@ -7,8 +7,11 @@ Devices default to CPU and dtypes to float32, as diffusers does; anything else i
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import os
-from collections.abc import Sequence
+import re
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +73,49 @@ def resolve_hub_file(repo_id: str, filenames: Sequence[str], *, what: str) -> Pa
             return folder / name
     raise BackendError(f"{what} {repo_id!r}: none of {', '.join(filenames)} in the cached snapshot {folder}. "
                        f"{fetch_hint(repo_id)}")
+
+
+def fingerprint(path: Path) -> str:
+    """A short tag that changes when the weights at ``path`` change, for cache keys and run records.
+
+    A Hugging Face cache snapshot is named by its commit, which is used as is; a local file or folder is hashed on
+    its files' names, sizes and modification times (cheap: the weights themselves are not read).
+    """
+    path = path.resolve()
+    if path.parent.name == "snapshots" and re.fullmatch(r"[0-9a-f]{40}", path.name):
+        return path.name[:12]
+    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+    h = hashlib.sha256()
+    for f in files:
+        st = f.stat()
+        h.update(f"{f.relative_to(path) if f != path else f.name}|{st.st_size}|{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()[:12]
+
+
+@contextlib.contextmanager
+def quiet_loading() -> Iterator[None]:
+    """Silence the progress bars and advice diffusers / transformers print while loading (library code never
+    prints; the caller reports progress), restoring their settings afterwards."""
+    import diffusers.utils.logging as dlog
+    import transformers.utils.logging as tlog
+
+    saved = [(m, m.is_progress_bar_enabled(), m.get_verbosity()) for m in (dlog, tlog)]
+    for m, _, _ in saved:
+        m.disable_progress_bar()
+        m.set_verbosity_error()
+    try:
+        yield
+    finally:
+        for m, bars, level in saved:
+            if bars:
+                m.enable_progress_bar()
+            m.set_verbosity(level)
+
+
+def dtype_tag(dtype: Any) -> str:
+    """``""`` for float32, else ``":float16"`` etc.: appended to backend ids, since precision changes outputs."""
+    name = str(dtype).removeprefix("torch.")
+    return "" if name == "float32" else f":{name}"
 
 
 def require_file(ref: str, *, what: str) -> Path:

@@ -2,16 +2,23 @@
 
 A spec is ``kind[:argument][,option=value...]``, e.g. ``diffusers:stabilityai/sd-turbo,steps=1,guidance=0``,
 ``torchvision:resnet50``, ``torchvision:resnet50:/path/state_dict.pt``, ``timm:convnext_tiny:/path/ckpt.pth``,
-``open_clip:ViT-B-32:/path/open_clip_model.safetensors``, ``hf:/path/to/folder``, ``efficientnet-lite0``,
-``callable:my_package.models:predict``, ``blip:Salesforce/blip-image-captioning-base``, ``toyworld``.
+``open_clip:ViT-B-32:/path/open_clip_model.safetensors``, ``open_clip:/path/folder``, ``hf:/path/to/folder``,
+``efficientnet-lite0``, ``callable:my_package.models:predict``, ``blip:Salesforce/blip-image-captioning-base``,
+``toyworld``. `BackendSpecs` holds one spec per slot plus the settings shared by all of them (device, dtype,
+textual-inversion class tokens, CLIP checks); commands and audit configs build their backends from it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from tools.backends.base import BackendError, Backends, Classifier, EditOutcome, Generation
+
+Progress = Callable[[str, int, int], None]
 
 KINDS: dict[str, tuple[str, ...]] = {
     "generator": ("toyworld", "diffusers"),
@@ -20,6 +27,9 @@ KINDS: dict[str, tuple[str, ...]] = {
     "embedder": ("toyworld", "open_clip"),
     "editor": ("toyworld", "sd-edit"),
 }
+SLOTS = tuple(KINDS)
+COMMON = {"dtype", "batch", "device"}
+"""Options every real-model spec takes; ``device`` and ``dtype`` override the shared settings for that model."""
 
 
 @dataclass
@@ -75,13 +85,13 @@ class UnavailableEditor:
                            "Stable Diffusion 1.x/2.x pipeline folder or Hub id in the cache.")
 
 
-def make_classifier(text: str, *, device: str = "cpu") -> Classifier:
+def make_classifier(text: str, *, device: str = "cpu", dtype: str | None = None) -> Classifier:
     """A real classifier from its spec (everything but toyworld)."""
     spec = parse_spec(text, "classifier")
-    common = {"dtype", "batch"}
-    dtype, batch = spec.option("dtype"), spec.option("batch", 32, int)
+    device, dtype = spec.option("device", device), spec.option("dtype", dtype)
+    batch = spec.option("batch", 32, int)
     if spec.kind == "torchvision":
-        spec.check_options(common)
+        spec.check_options(COMMON)
         arch, weights = spec.parts(2)
         if not arch:
             raise BackendError("torchvision spec needs an architecture, e.g. torchvision:resnet50.")
@@ -89,7 +99,7 @@ def make_classifier(text: str, *, device: str = "cpu") -> Classifier:
 
         return torchvision_classifier(arch, weights or None, device=device, dtype=dtype, batch_size=batch)
     if spec.kind == "timm":
-        spec.check_options(common)
+        spec.check_options(COMMON)
         name, ckpt = spec.parts(2)
         if not name:
             raise BackendError("timm spec needs a model name, e.g. timm:resnet50:/path/ckpt.pth.")
@@ -97,20 +107,21 @@ def make_classifier(text: str, *, device: str = "cpu") -> Classifier:
 
         return timm_classifier(name, ckpt or None, device=device, dtype=dtype, batch_size=batch)
     if spec.kind == "efficientnet-lite0":
-        spec.check_options(common)
+        spec.check_options(COMMON)
         from tools.backends.classifiers import efficientnet_lite0_classifier
 
         return efficientnet_lite0_classifier(device=device, dtype=dtype, batch_size=batch)
     if spec.kind == "hf":
-        spec.check_options(common)
+        spec.check_options(COMMON)
         from tools.backends.classifiers import hf_classifier
 
         return hf_classifier(_need(spec, "hf:PATH"), device=device, dtype=dtype, batch_size=batch)
     if spec.kind == "open_clip":
-        spec.check_options(common | {"templates"})
+        spec.check_options(COMMON | {"templates", "quick_gelu"})
         from tools.backends.classifiers import OpenClipZeroShotClassifier
 
-        return OpenClipZeroShotClassifier(_open_clip(spec, device), templates=spec.option("templates", "openai"))
+        return OpenClipZeroShotClassifier(_open_clip(spec, device, dtype),
+                                          templates=spec.option("templates", "openai"))
     if spec.kind == "callable":
         spec.check_options(set())
         from tools.backends.classifiers import CallableClassifier
@@ -125,80 +136,204 @@ def _need(spec: Spec, example: str) -> str:
     return spec.argument
 
 
-def _open_clip(spec: Spec, device: str) -> Any:
+def _open_clip(spec: Spec, device: str, dtype: str | None) -> Any:
     from tools.backends.clip import OpenClipModel
 
     name, pretrained = spec.parts(2)
+    if name == "hf-hub":  # the Hub id is the model, not a weights file: open_clip:hf-hub:org/repo
+        name, pretrained = f"hf-hub:{pretrained}", ""
     if not name:
-        raise BackendError("open_clip spec needs a model name, e.g. open_clip:ViT-B-32:/path/weights.safetensors.")
+        raise BackendError("open_clip spec needs a model, e.g. open_clip:ViT-B-32:/path/weights.safetensors or "
+                           "open_clip:/path/model_folder.")
     quick = spec.options.get("quick_gelu")
-    return OpenClipModel(name, pretrained or None, device=device, dtype=spec.option("dtype"),
-                         batch_size=spec.option("batch", 32, int),
+    return OpenClipModel(name, pretrained or None, device=spec.option("device", device),
+                         dtype=spec.option("dtype", dtype), batch_size=spec.option("batch", 32, int),
                          quick_gelu=None if quick is None else quick.lower() in {"1", "true", "yes"})
 
 
-def _generator(spec: Spec, device: str, class_names: list[str]) -> Any:
-    from tools.backends.diffusers_generator import DiffusersGenerator
+def _captioner(s: Spec, device: str, dtype: str | None) -> Any:
+    s.check_options(COMMON | {"beams", "samples", "max_new_tokens", "seed"})
+    from tools.backends.blip_captioner import BlipCaptioner
 
-    spec.check_options({"steps", "guidance", "dtype", "height", "width", "batch", "negative", "class_token",
-                        "class_name", "checks", "class_top_k", "shift_threshold"})
-    checks = None
-    if "checks" in spec.options:
-        from tools.backends.clip import ClipChecks
+    return BlipCaptioner(_need(s, "blip:PATH"), device=s.option("device", device), dtype=s.option("dtype", dtype),
+                         num_beams=s.option("beams", 3, int), num_samples=s.option("samples", 3, int),
+                         max_new_tokens=s.option("max_new_tokens", 30, int), seed=s.option("seed", 0, int),
+                         batch_size=s.option("batch", 8, int))
 
-        model = _open_clip(parse_spec(spec.options["checks"], "embedder"), device)
-        checks = ClipChecks(model, class_names, class_top_k=spec.option("class_top_k", 5, int),
-                            shift_threshold=spec.option("shift_threshold", 0.2, float))
-    return DiffusersGenerator(
-        _need(spec, "diffusers:PATH_OR_ID"), device=device, dtype=spec.option("dtype"),
-        num_inference_steps=spec.option("steps", 30, int), guidance_scale=spec.option("guidance", 7.5, float),
-        height=spec.option("height", None, int), width=spec.option("width", None, int),
-        batch_size=spec.option("batch", 4, int), negative_prompt=spec.option("negative"),
-        class_token=spec.option("class_token"), class_name=spec.option("class_name"), checks=checks)
+
+def _editor(spec: Spec, device: str, dtype: str | None, parts: Mapping[str, Any], load: bool) -> Any:
+    """The Stable Diffusion editor; ``clip=on`` scores edits with the open_clip embedder's model."""
+    from tools.backends.clip import OpenClipEmbedder
+    from tools.backends.sd_edit.options import editor_from_options
+
+    def clip(text: str) -> Any:
+        embedder = parts.get("embedder")
+        if text == "on":
+            if not isinstance(embedder, OpenClipEmbedder):
+                raise BackendError("sd-edit clip=on uses the open_clip embedder: give --embedder open_clip:..., or "
+                                   "an open_clip spec (clip=open_clip:MODEL:WEIGHTS).")
+            return embedder.model
+        model = _open_clip(parse_spec(text, "embedder"), device, dtype)
+        _load(model, load)
+        return model
+
+    editor = editor_from_options(_need(spec, "sd-edit:PATH_OR_ID"), spec.options, device=device, dtype=dtype,
+                                 class_names=list(parts["classifier"].labels.labels), make_scorer=clip)
+    _load(editor, load)
+    return editor
+
+
+class BackendSpecs(BaseModel):
+    """Which models an investigation runs on: one spec per slot, and settings shared by the real ones."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    generator: str = Field(default="toyworld",
+                           description="toyworld, or diffusers:PATH_OR_ID[,steps=N,guidance=X,...].")
+    classifier: str = Field(default="toyworld",
+                            description="toyworld, efficientnet-lite0, torchvision:ARCH[:WEIGHTS], timm:NAME[:CKPT], "
+                                        "open_clip:MODEL[:WEIGHTS], hf:PATH_OR_ID, callable:module:function.")
+    captioner: str = Field(default="toyworld", description="toyworld, or blip:PATH_OR_ID[,beams=N,samples=N,...].")
+    embedder: str = Field(default="toyworld",
+                          description="toyworld, or open_clip:MODEL[:WEIGHTS] / open_clip:FOLDER.")
+    editor: str = Field(default="toyworld", description="toyworld, or sd-edit:PATH_OR_ID.")
+    world: str | None = Field(default=None,
+                              description="toyworld config for the toyworld parts (None: the default world).")
+    device: str = Field(default="cpu", description="cpu, cuda, cuda:N, mps or auto; a spec's device= option wins.")
+    dtype: str | None = Field(default=None,
+                              description="float32 (None), float16 or bfloat16; a spec's dtype= option wins.")
+    class_tokens: dict[str, str] = Field(default_factory=dict, description=(
+        "Textual-inversion embeddings by class name: the class name is replaced by the learned token in every "
+        "prompt the diffusers generator encodes (Dataset Interfaces)."))
+    clip_checks: str = Field(default="off", description=(
+        "Dataset Interfaces' CLIP checks on generated images: off, on (with the open_clip embedder's model), or an "
+        "open_clip spec."))
+    clip_class_top_k: int = Field(default=5, ge=1,
+                                  description="Class present: the class ranks within this many by CLIP.")
+    clip_shift_threshold: float = Field(default=0.2,
+                                        description="Shift present: CLIP similarity to the shift text >= this.")
+
+    def parsed(self) -> dict[str, Spec]:
+        """Every slot's spec parsed and checked against the shared settings; raises `BackendError`."""
+        specs = {slot: parse_spec(getattr(self, slot), slot) for slot in SLOTS}
+        if specs["generator"].kind == "toyworld":
+            if self.class_tokens:
+                raise BackendError("class tokens (textual inversion) need a diffusers generator.")
+            if self.clip_checks != "off":
+                raise BackendError("CLIP checks are for real generators: toyworld reports what it cannot render.")
+        if self.clip_checks not in ("off", "on"):
+            parse_spec(self.clip_checks, "embedder")
+        elif self.clip_checks == "on" and specs["embedder"].kind != "open_clip":
+            raise BackendError("CLIP checks 'on' use the open_clip embedder: give --embedder open_clip:..., or "
+                               "an open_clip spec for the checks.")
+        return specs
+
+    def build(self, progress: Progress | None = None, *, load: bool = False) -> Backends:
+        """The backends; toyworld parts come from ``toyworld.load_backends(world)``.
+
+        Real models are checked to be on disk here and otherwise load on first use; ``load=True`` loads them now
+        (commands do, so a broken checkpoint is reported before a run starts). ``progress`` gets
+        ``("loading models", done, total)`` and is passed on to toyworld, which may train.
+        """
+        specs = self.parsed()
+        real_generator = specs["generator"].kind != "toyworld"
+        # The toyworld editor only edits toyworld images, so it alone does not call for the toy world.
+        need_toy = any(s.kind == "toyworld" for name, s in specs.items() if not (name == "editor" and real_generator))
+        steps = [n for n in ("classifier", "captioner", "embedder", "generator", "editor")
+                 if specs[n].kind != "toyworld"] + (["toyworld"] if need_toy else [])
+        done = 0
+
+        def tick() -> None:
+            nonlocal done
+            done += 1
+            if progress is not None:
+                progress("loading models", done, len(steps))
+
+        if progress is not None:
+            progress("loading models", 0, len(steps))
+        # Real parts first: a missing checkpoint is reported before any toy world is built.
+        parts: dict[str, Any] = {}
+        if specs["classifier"].kind != "toyworld":
+            parts["classifier"] = make_classifier(self.classifier, device=self.device, dtype=self.dtype)
+            tick()
+        if specs["captioner"].kind != "toyworld":
+            parts["captioner"] = _captioner(specs["captioner"], self.device, self.dtype)
+            _load(parts["captioner"], load)
+            tick()
+        if specs["embedder"].kind != "toyworld":
+            from tools.backends.clip import OpenClipEmbedder
+
+            s = specs["embedder"]
+            s.check_options(COMMON | {"quick_gelu"})
+            parts["embedder"] = OpenClipEmbedder(_open_clip(s, self.device, self.dtype))
+            _load(parts["embedder"].model, load)
+            tick()
+        toy = None
+        if need_toy:
+            from tools.backends.toyworld import load_backends
+
+            toy = load_backends(self.world, device=self.device, progress=progress)
+            for name in ("classifier", "captioner", "embedder"):
+                parts.setdefault(name, getattr(toy, name))
+        if real_generator:
+            parts["generator"] = self._generator(specs["generator"], parts, load)
+            tick()
+        if specs["editor"].kind != "toyworld":
+            parts["editor"] = _editor(specs["editor"], self.device, self.dtype, parts, load)
+            tick()
+        elif real_generator:
+            parts["editor"] = UnavailableEditor()
+        if need_toy:
+            tick()
+        if toy is None or real_generator:
+            return Backends(**parts)
+        return Backends(generator=toy.generator, vocabulary=toy.vocabulary, class_prompt=toy.class_prompt,
+                        **{"editor": toy.editor, **parts})
+
+    def _generator(self, spec: Spec, parts: Mapping[str, Any], load: bool) -> Any:
+        from tools.backends.clip import ClipChecks, OpenClipEmbedder
+        from tools.backends.diffusers_generator import DiffusersGenerator
+
+        spec.check_options(COMMON | {"steps", "guidance", "height", "width", "negative", "class_token", "class_name",
+                                     "checks", "class_top_k", "shift_threshold"})
+        checks_spec = spec.options.get("checks")
+        if checks_spec and self.clip_checks != "off":
+            raise BackendError("CLIP checks given twice: in the generator spec (checks=) and as a setting.")
+        checks_spec = checks_spec or self.clip_checks
+        checks = None
+        if checks_spec != "off":
+            embedder = parts.get("embedder")
+            if checks_spec == "on" and isinstance(embedder, OpenClipEmbedder):
+                model = embedder.model  # one CLIP in memory for clustering and checking
+            else:
+                model = _open_clip(parse_spec(checks_spec, "embedder"), self.device, self.dtype)
+                _load(model, load)
+            checks = ClipChecks(model, list(parts["classifier"].labels.labels),
+                                class_top_k=spec.option("class_top_k", self.clip_class_top_k, int),
+                                shift_threshold=spec.option("shift_threshold", self.clip_shift_threshold, float))
+        tokens = dict(self.class_tokens)
+        if "class_token" in spec.options:
+            tokens[spec.option("class_name", "")] = spec.options["class_token"]
+        gen = DiffusersGenerator(
+            _need(spec, "diffusers:PATH_OR_ID"), device=spec.option("device", self.device),
+            dtype=spec.option("dtype", self.dtype), num_inference_steps=spec.option("steps", 30, int),
+            guidance_scale=spec.option("guidance", 7.5, float), height=spec.option("height", None, int),
+            width=spec.option("width", None, int), batch_size=spec.option("batch", 4, int),
+            negative_prompt=spec.option("negative"), class_tokens=tokens, checks=checks)
+        _load(gen, load)
+        return gen
+
+
+def _load(model: Any, load: bool) -> None:
+    if load:
+        model.load()
 
 
 def make_backends(generator: str = "toyworld", classifier: str = "toyworld", captioner: str = "toyworld",
                   embedder: str = "toyworld", editor: str = "toyworld", *, world: str | None = None,
-                  device: str = "cpu") -> Backends:
+                  device: str = "cpu", dtype: str | None = None, class_tokens: Mapping[str, str] | None = None,
+                  clip_checks: str = "off", progress: Progress | None = None, load: bool = False) -> Backends:
     """The backends named by the specs; toyworld parts come from ``toyworld.load_backends(world)``."""
-    specs = {name: parse_spec(text, name) for name, text in
-             [("generator", generator), ("classifier", classifier), ("captioner", captioner),
-              ("embedder", embedder), ("editor", editor)]}
-    real_generator = specs["generator"].kind != "toyworld"
-    if specs["editor"].kind == "sd-edit":
-        raise BackendError("the Stable Diffusion editor (sd-edit:PATH) is not available in this version.")
-    # Real parts first: a missing checkpoint is reported before any toy world is built.
-    parts: dict[str, Any] = {}
-    if specs["classifier"].kind != "toyworld":
-        parts["classifier"] = make_classifier(classifier, device=device)
-    if specs["captioner"].kind != "toyworld":
-        parts["captioner"] = _captioner(specs["captioner"], device)
-    if specs["embedder"].kind != "toyworld":
-        from tools.backends.clip import OpenClipEmbedder
-
-        parts["embedder"] = OpenClipEmbedder(_open_clip(specs["embedder"], device))
-    toy = None
-    # The toyworld editor only edits toyworld images, so it alone does not call for the toy world.
-    if any(s.kind == "toyworld" for name, s in specs.items() if not (name == "editor" and real_generator)):
-        from tools.backends.toyworld import load_backends
-
-        toy = load_backends(world, device=device)
-        for name in ("classifier", "captioner", "embedder"):
-            parts.setdefault(name, getattr(toy, name))
-    if real_generator:
-        parts["generator"] = _generator(specs["generator"], device, list(parts["classifier"].labels.labels))
-        parts["editor"] = UnavailableEditor()
-        return Backends(**parts)
-    assert toy is not None
-    return Backends(generator=toy.generator, editor=toy.editor, vocabulary=toy.vocabulary,
-                    class_prompt=toy.class_prompt, **parts)
-
-
-def _captioner(s: Spec, device: str) -> Any:
-    s.check_options({"dtype", "batch", "beams", "samples", "max_new_tokens", "seed"})
-    from tools.backends.blip_captioner import BlipCaptioner
-
-    return BlipCaptioner(_need(s, "blip:PATH"), device=device, dtype=s.option("dtype"),
-                         num_beams=s.option("beams", 3, int), num_samples=s.option("samples", 3, int),
-                         max_new_tokens=s.option("max_new_tokens", 30, int), seed=s.option("seed", 0, int),
-                         batch_size=s.option("batch", 8, int))
+    return BackendSpecs(generator=generator, classifier=classifier, captioner=captioner, embedder=embedder,
+                        editor=editor, world=world, device=device, dtype=dtype, class_tokens=dict(class_tokens or {}),
+                        clip_checks=clip_checks).build(progress, load=load)

@@ -1,0 +1,135 @@
+"""DDIM inversion and null-text optimisation (Mokady et al., *Null-text Inversion for Editing Real Images*).
+
+1. DDIM inversion at guidance 1 maps the image latent ``z0`` to a noise latent ``zT``, keeping every
+   intermediate latent: the *pivot* trajectory. Sampling back at guidance 1 retraces it closely.
+2. At the guidance editing needs (7.5), sampling from ``zT`` drifts off the pivot. Null-text optimisation
+   fixes it without touching the model or the prompt: for each step, starting from the latent it has reached,
+   it optimises that step's unconditional ("null") text embedding with Adam so that one guided DDIM step lands
+   on the pivot's next latent, then takes the step. The per-step null embeddings, with ``zT``, reproduce the
+   image at full guidance, and prompt-to-prompt edits start from them.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from tools.backends.base import Image
+from tools.backends.sd_edit.ddim import (
+    DDIMSchedule,
+    encode_image,
+    encode_text,
+    sample,
+    unet_out,
+)
+
+
+class InversionSettings(BaseModel):
+    """How an image is inverted; part of the inversion cache key."""
+
+    model_config = ConfigDict(frozen=True)
+
+    steps: int = Field(50, ge=1, le=1000, description="DDIM steps (inversion, and every edit of the inversion).")
+    guidance: float = Field(7.5, ge=1.0, description="Classifier-free guidance the edits run at.")
+    null_steps: int = Field(10, ge=0, description="Adam iterations per step of null-text optimisation "
+                                                    "(0: plain DDIM inversion).")
+    null_lr: float = Field(0.01, gt=0, description="Adam learning rate of null-text optimisation.")
+    null_tol: float = Field(1e-5, ge=0, description="Stop a step's optimisation once its latent MSE is below this.")
+
+
+@dataclass
+class Inversion:
+    """An image inverted under a prompt: where editing starts from."""
+
+    latent: Any
+    """``zT``, shape ``(1, C, h, w)``, float32."""
+    nulls: Any
+    """Null embeddings: one per step ``(T, 1, 77, D)`` after null-text optimisation, else ``(1, 77, D)``."""
+    z0: Any
+    """The image's own latent, the target of reconstruction."""
+    prompt: str
+    settings: InversionSettings
+    size: tuple[int, int]
+    """(height, width) in pixels the image was inverted at."""
+    seconds: float = 0.0
+    reconstruction_mse: float | None = None
+    """Latent MSE of the null-text trajectory's end against ``z0`` (known after optimisation)."""
+
+    def to(self, device: Any) -> Inversion:
+        return Inversion(self.latent.to(device), self.nulls.to(device), self.z0.to(device), self.prompt,
+                         self.settings, self.size, self.seconds, self.reconstruction_mse)
+
+
+def ddim_invert(pipe: Any, schedule: DDIMSchedule, z0: Any, cond: Any) -> list[Any]:
+    """The pivot trajectory at guidance 1: ``[z0, ..., zT]``, entry ``k`` the latent at step ``T - k``."""
+    import torch
+
+    x = z0.float()
+    path = [x]
+    with torch.no_grad():
+        for i in reversed(range(len(schedule))):
+            x = schedule.unstep(unet_out(pipe, x, schedule.timesteps[i], cond), i, x)
+            path.append(x)
+    return path
+
+
+def null_text_optimise(pipe: Any, schedule: DDIMSchedule, path: list[Any], cond: Any, null: Any,
+                       settings: InversionSettings) -> tuple[Any, Any]:
+    """Per-step null embeddings ``(T, 1, 77, D)`` that keep guided sampling on ``path``; also the latent
+    the optimised run ends at (its reconstruction of ``z0``)."""
+    import torch
+
+    n = len(schedule)
+    x = path[-1]
+    current = null.detach().float()
+    out = []
+    for i, t in enumerate(schedule.timesteps):
+        target = path[n - 1 - i]
+        with torch.no_grad():
+            c = unet_out(pipe, x, t, cond)
+        # The conditional half is fixed for this step, so only the unconditional UNet call is differentiated.
+        emb = current.clone().requires_grad_(True)
+        opt = torch.optim.Adam([emb], lr=settings.null_lr)
+        for _ in range(settings.null_steps):
+            u = unet_out(pipe, x, t, emb)
+            loss = torch.nn.functional.mse_loss(schedule.step(u + settings.guidance * (c - u), i, x), target)
+            if loss.item() < settings.null_tol:
+                break
+            # autograd.grad, not backward(): the model's own parameters get no gradients accumulated.
+            (emb.grad,) = torch.autograd.grad(loss, [emb])
+            opt.step()
+        current = emb.detach()
+        out.append(current)
+        with torch.no_grad():
+            u = unet_out(pipe, x, t, current)
+            x = schedule.step(u + settings.guidance * (c - u), i, x)
+    return torch.stack(out), x
+
+
+def invert(pipe: Any, image: Image, prompt: str, settings: InversionSettings, hw: tuple[int, int]) -> Inversion:
+    """Invert ``image`` (resized to ``hw``) under ``prompt``: DDIM inversion, then null-text optimisation
+    when the guidance is above 1 and ``null_steps`` > 0."""
+    import torch
+
+    start = time.perf_counter()
+    schedule = DDIMSchedule.from_pipeline(pipe, settings.steps)
+    z0 = encode_image(pipe, image, hw).float()
+    cond, null = encode_text(pipe, [prompt, ""]).float().split(1)
+    path = ddim_invert(pipe, schedule, z0, cond)
+    nulls, mse = null, None
+    if settings.guidance != 1.0 and settings.null_steps > 0:
+        nulls, end = null_text_optimise(pipe, schedule, path, cond, null, settings)
+        mse = float(torch.mean((end - z0) ** 2))
+    return Inversion(path[-1], nulls, z0, prompt, settings, hw, time.perf_counter() - start, mse)
+
+
+def reconstruct(pipe: Any, inversion: Inversion, guidance: float | None = None) -> Any:
+    """The clean latent sampling from the inversion reaches, under its own prompt (for checks and tests)."""
+    schedule = DDIMSchedule.from_pipeline(pipe, inversion.settings.steps)
+    cond = encode_text(pipe, [inversion.prompt]).float()
+    g = inversion.settings.guidance if guidance is None else guidance
+    return sample(pipe, schedule, inversion.latent, cond, inversion.nulls, g)
+

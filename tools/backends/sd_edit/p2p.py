@@ -1,0 +1,295 @@
+"""Prompt-to-prompt (Hertz et al.) through diffusers attention processors.
+
+The source prompt and one or more target rows are denoised in one batch from the same inverted latent.
+In the conditional half of the batch, each target row's attention is overridden by the source row's:
+
+- cross-attention (image -> text tokens), for the first ``cross`` fraction of the steps: a target token that
+  has a counterpart in the source takes the source token's map (word swap maps a swapped word to the word it
+  replaces; refinement leaves new words their own maps), the target's own *values* carry the new words in;
+- re-weighting scales chosen target tokens' maps (LANCE weights the new words x2);
+- self-attention (image -> image), for the first ``self`` fraction of the steps, in layers up to a size;
+- local blending (optional): after each step from ``blend_start`` on, a target row keeps the source latent
+  outside the region the changed words attend to.
+
+Attention probabilities are computed explicitly only in calls that edit or record them; others run the
+layer's own (fused) processor. Only the changed words' maps are kept, only in blending steps.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+TOKENS = 77
+
+
+@dataclass
+class TokenAlignment:
+    """How each target token relates to the source prompt's tokens."""
+
+    mapper: Any
+    """``(77, 77)`` tensor: ``mapper[i, j]`` is the weight of source token ``i``'s map in target token ``j``'s."""
+    alpha: Any
+    """``(77,)`` tensor: 1 where a target token takes the source's map, 0 for new words."""
+    source_changed: list[int] = field(default_factory=list)
+    target_changed: list[int] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    """Source words the edit removes or replaces."""
+    added: list[str] = field(default_factory=list)
+    """Target words the edit adds or puts in."""
+    mode: str = "same"
+    """``same`` (no change), ``replace`` (only same-length word swaps) or ``refine`` (words added or removed)."""
+
+
+def _words(tokenizer: Any, prompt: str) -> list[tuple[str, list[int]]]:
+    """(word, its token ids) for each whitespace-separated word, in order."""
+    words = [(w, tokenizer(w, add_special_tokens=False).input_ids) for w in prompt.split()]
+    whole = tokenizer(prompt, add_special_tokens=False).input_ids
+    if [t for _, ids in words for t in ids] != whole:
+        # A tokenizer that merges across spaces: align token by token instead.
+        return [(tokenizer.decode([t]), [t]) for t in whole]
+    return words
+
+
+def align(tokenizer: Any, source: str, target: str, mode: str = "auto") -> TokenAlignment:
+    """Token alignment of ``target`` to ``source`` at the word level.
+
+    ``auto``: a run of words replaced by as many words is a word swap (each new word takes the map of the
+    word it replaces); anything else is refinement (new words keep their own maps). ``refine`` treats every
+    change as refinement, as LANCE does.
+    """
+    import torch
+
+    if mode not in ("auto", "refine"):
+        raise ValueError(f"mode must be 'auto' or 'refine', not {mode!r}")
+    src, tgt = _words(tokenizer, source), _words(tokenizer, target)
+    starts_s, starts_t = _starts(src), _starts(tgt)
+    mapper = torch.zeros(TOKENS, TOKENS)
+    alpha = torch.zeros(TOKENS)
+    out = TokenAlignment(mapper, alpha)
+
+    def link(i: int, j: int, w: float = 1.0) -> None:
+        if i < TOKENS and j < TOKENS:
+            mapper[i, j] += w
+            alpha[j] = 1.0
+
+    link(0, 0)
+    matcher = difflib.SequenceMatcher(a=[tuple(t) for _, t in src], b=[tuple(t) for _, t in tgt], autojunk=False)
+    kinds: set[str] = set()
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        swap = tag == "replace" and mode == "auto" and i2 - i1 == j2 - j1
+        for a, b in zip(range(i1, i2), range(j1, j2)):
+            s_ids, t_ids = _span(starts_s, a), _span(starts_t, b)
+            if tag == "equal":
+                for i, j in zip(s_ids, t_ids):
+                    link(i, j)
+            elif swap:
+                for j in t_ids:
+                    for i in s_ids:
+                        link(i, j, 1.0 / len(s_ids))
+        if tag == "equal":
+            continue
+        kinds.add("replace" if swap else "refine")
+        out.removed += [w for w, _ in src[i1:i2]]
+        out.added += [w for w, _ in tgt[j1:j2]]
+        out.source_changed += [i for a in range(i1, i2) for i in _span(starts_s, a)]
+        out.target_changed += [j for b in range(j1, j2) for j in _span(starts_t, b)]
+    # End-of-text and padding carry a summary of the prompt: matched position by position after the words.
+    end_s, end_t = starts_s[-1], starts_t[-1]
+    for k in range(TOKENS - end_t):
+        link(end_s + k, end_t + k)
+    out.source_changed = [i for i in out.source_changed if i < TOKENS]
+    out.target_changed = [j for j in out.target_changed if j < TOKENS]
+    out.mode = "refine" if "refine" in kinds else ("replace" if kinds else "same")
+    return out
+
+
+def word_tokens(tokenizer: Any, prompt: str, word: str) -> list[int]:
+    """Token positions of every occurrence of ``word`` (whole words, case-insensitive) in ``prompt``."""
+    words = _words(tokenizer, prompt)
+    starts = _starts(words)
+    key = tokenizer(word, add_special_tokens=False).input_ids
+    return [j for k, (_, ids) in enumerate(words) if ids == key for j in _span(starts, k) if j < TOKENS]
+
+
+def _starts(words: list[tuple[str, list[int]]]) -> list[int]:
+    """Token position of each word (after the start token), then the end-of-text position."""
+    starts = [1]
+    for _, ids in words:
+        starts.append(starts[-1] + len(ids))
+    return starts
+
+
+def _span(starts: list[int], k: int) -> range:
+    return range(starts[k], starts[k + 1])
+
+
+@dataclass(frozen=True)
+class Injection:
+    """One target row's schedule: fractions of the steps, from the first, with attention injected."""
+
+    cross: float
+    self_: float
+
+
+class LocalBlend:
+    """Keeps each target row on the source latent outside the changed words' attention region."""
+
+    def __init__(self, source_tokens: Sequence[int], target_tokens: Sequence[int], *, threshold: float = 0.3,
+                 start: int = 0) -> None:
+        self.source_tokens = list(source_tokens)
+        self.target_tokens = list(target_tokens)
+        self.threshold = threshold
+        self.start = start
+        self.maps: dict[int, list[Any]] = {}
+        self.last_mask: Any = None
+
+    def wants(self, step: int) -> bool:
+        return step >= self.start and bool(self.source_tokens or self.target_tokens)
+
+    def record(self, cond: Any) -> None:
+        """``cond``: conditional-half cross-attention ``(rows, heads, q, 77)``; keeps the words' maps only."""
+        import torch
+
+        rows = [cond[0, :, :, self.source_tokens].sum(-1).mean(0)]
+        rows += [cond[r, :, :, self.target_tokens].sum(-1).mean(0) for r in range(1, cond.shape[0])]
+        self.maps.setdefault(cond.shape[2], []).append(torch.stack(rows))
+
+    def apply(self, x: Any) -> Any:
+        import torch
+        import torch.nn.functional as F
+
+        if not self.maps:
+            return x
+        h, w = x.shape[-2:]
+        # Hertz et al. blend from the maps at a quarter of the latent side: coarse, so the mask is a region.
+        q = min(self.maps, key=lambda n: (abs(math.log(n / max(h * w / 16, 1))), -n))
+        f = math.sqrt(h * w / q)
+        m = torch.stack(self.maps[q]).mean(0).reshape(x.shape[0], 1, round(h / f), round(w / f)).float()
+        self.maps.clear()
+        m = F.max_pool2d(m, 3, stride=1, padding=1)
+        m = F.interpolate(m, size=(h, w), mode="nearest")
+        m = m / m.amax(dim=(2, 3), keepdim=True).clamp_min(1e-12)
+        mask = m > self.threshold
+        mask = (mask[1:] | mask[:1]).to(x.dtype)
+        self.last_mask = mask
+        return torch.cat([x[:1], x[:1] + mask * (x[1:] - x[:1])])
+
+
+class AttentionEdit:
+    """Prompt-to-prompt control of a batch ``[source, target_1 .. target_K]``, one schedule per target."""
+
+    def __init__(self, alignment: TokenAlignment, injections: Sequence[Injection], steps: int, *,
+                 equalizer: Any = None, self_max_tokens: int | None = None, blend: LocalBlend | None = None) -> None:
+        import torch
+
+        self.alignment = alignment
+        self.cross_until = [round(inj.cross * steps) for inj in injections]
+        self.self_until = [round(inj.self_ * steps) for inj in injections]
+        self.equalizer = torch.ones(TOKENS) if equalizer is None else equalizer
+        self.self_max_tokens = self_max_tokens
+        self.blend = blend
+        self.step = 0
+        self.explicit_calls = 0
+
+    def begin_step(self, i: int) -> None:
+        self.step = i
+
+    def end_step(self, i: int, x: Any) -> Any:
+        if self.blend is not None and self.blend.wants(i):
+            return self.blend.apply(x)
+        return x
+
+    def needs(self, is_cross: bool, q: int) -> bool:
+        if is_cross:
+            return any(self.step < c for c in self.cross_until) or (
+                self.blend is not None and self.blend.wants(self.step))
+        ok = self.self_max_tokens is None or q <= self.self_max_tokens
+        return ok and any(self.step < s for s in self.self_until)
+
+    def edit(self, probs: Any, heads: int, is_cross: bool) -> Any:
+        """``probs``: ``(2 * rows * heads, q, k)`` attention probabilities, unconditional rows first."""
+        import torch
+
+        rows = probs.shape[0] // heads // 2
+        p = probs.reshape(2 * rows, heads, *probs.shape[1:])
+        cond = list(p[rows:].unbind(0))
+        src = cond[0]
+        if is_cross:
+            injected = None
+            eq = self.equalizer.to(src.device, src.dtype)
+            for r, until in enumerate(self.cross_until, start=1):
+                if self.step < until:
+                    if injected is None:
+                        injected = src @ self.alignment.mapper.to(src.device, src.dtype)
+                    a = self.alignment.alpha.to(src.device, src.dtype)
+                    cond[r] = (a * injected + (1 - a) * cond[r]) * eq
+            if self.blend is not None and self.blend.wants(self.step):
+                self.blend.record(torch.stack(cond))
+        elif self.self_max_tokens is None or src.shape[1] <= self.self_max_tokens:
+            for r, until in enumerate(self.self_until, start=1):
+                if self.step < until:
+                    cond[r] = src
+        return torch.cat([p[:rows], torch.stack(cond)]).reshape(probs.shape)
+
+
+class P2PAttnProcessor:
+    """A diffusers attention processor that lets an :class:`AttentionEdit` rewrite the probabilities."""
+
+    def __init__(self, control: AttentionEdit, fallback: Any) -> None:
+        self.control = control
+        self.fallback = fallback
+
+    def __call__(self, attn: Any, hidden_states: Any, encoder_hidden_states: Any = None, attention_mask: Any = None,
+                 temb: Any = None, *args: Any, **kwargs: Any) -> Any:
+        import torch
+
+        is_cross = encoder_hidden_states is not None
+        ndim = hidden_states.ndim
+        q_len = hidden_states.shape[2] * hidden_states.shape[3] if ndim == 4 else hidden_states.shape[1]
+        if not self.control.needs(is_cross, q_len):
+            return self.fallback(attn, hidden_states, encoder_hidden_states, attention_mask, temb, *args, **kwargs)
+        self.control.explicit_calls += 1
+        residual = hidden_states
+        if attn.spatial_norm is not None:
+            hidden_states = attn.spatial_norm(hidden_states, temb)
+        if ndim == 4:
+            b, c, h, w = hidden_states.shape
+            hidden_states = hidden_states.view(b, c, h * w).transpose(1, 2)
+        context = hidden_states if encoder_hidden_states is None else encoder_hidden_states
+        batch, seq = context.shape[:2]
+        attention_mask = attn.prepare_attention_mask(attention_mask, seq, batch)
+        if attn.group_norm is not None:
+            hidden_states = attn.group_norm(hidden_states.transpose(1, 2)).transpose(1, 2)
+        query = attn.to_q(hidden_states)
+        if encoder_hidden_states is None:
+            context = hidden_states
+        elif attn.norm_cross:
+            context = attn.norm_encoder_hidden_states(encoder_hidden_states)
+        key = attn.head_to_batch_dim(attn.to_k(context))
+        value = attn.head_to_batch_dim(attn.to_v(context))
+        # Probabilities explicitly, not the fused kernel: prompt-to-prompt needs to rewrite them.
+        probs = attn.get_attention_scores(attn.head_to_batch_dim(query), key, attention_mask)
+        probs = self.control.edit(probs, attn.heads, is_cross)
+        out = attn.batch_to_head_dim(torch.bmm(probs, value))
+        out = attn.to_out[1](attn.to_out[0](out))
+        if ndim == 4:
+            out = out.transpose(-1, -2).reshape(b, c, h, w)
+        if attn.residual_connection:
+            out = out + residual
+        return out / attn.rescale_output_factor
+
+
+@contextmanager
+def controlled(unet: Any, control: AttentionEdit) -> Iterator[None]:
+    """Every attention layer of ``unet`` under ``control`` inside the block; the original processors after."""
+    original = dict(unet.attn_processors)
+    unet.set_attn_processor({name: P2PAttnProcessor(control, proc) for name, proc in original.items()})
+    try:
+        yield
+    finally:
+        unet.set_attn_processor(original)
