@@ -148,6 +148,8 @@ class _LLMReply(BaseModel):
 
 def llm_edits(llm: Any, caption: str, label: str, labels: tuple[str, ...], types: list[EditType], n: int) -> list[Edit]:
     template = resources.files("prompts").joinpath("perturb_caption.md").read_text()
+    # The caption is model-written data: it must not be able to close its own delimiter in the prompt.
+    caption = caption.replace("CAPTION>>>", "CAPTION> > >").replace("<<<CAPTION", "< < <CAPTION")
     prompt = template.format(label=label, n=n, types=", ".join(types), caption=caption,
                              other_labels=", ".join(x for x in labels if x != label))
     reply = llm(prompt)

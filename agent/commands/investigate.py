@@ -12,7 +12,7 @@ from typing import Any
 
 from agent.backend_args import add_backend_arguments, backend_config, build_backends, check_backend_args
 from agent.cli import UsageError
-from agent.planner_args import add_planner_arguments, build_planner, check_planner_args
+from agent.planner_args import add_planner_arguments, attach_session, build_planner, check_planner_args
 
 NAME = "investigate"
 HELP = "Investigate one class: find failure hypotheses, test, refine, confirm, and record findings."
@@ -114,6 +114,7 @@ def run(args: argparse.Namespace) -> int:
                           budget=args.budget, criterion=args.criterion, alpha=args.alpha, progress=bars.update)
     except ToolError as e:
         raise UsageError(str(e)) from None
+    attach_session(planner, session)  # an LLM planner reads images and the LLM helps perturb captions
     if not args.json and not args.quiet:
         def show(event: Any) -> None:
             renderable = render_event(event)

@@ -1,0 +1,197 @@
+"""The LLM planner: any litellm model with tool calling plans the investigation.
+
+Each turn the transcript's events become chat messages (see ``agent.llm.context``), the model answers with
+reasoning and tool calls, and the calls go back to the loop as they are. Problems are handled where they belong:
+
+- invalid JSON arguments and unknown tools are passed on unchanged; the loop's registry turns them into tool
+  errors the model reads on its next turn. Turns whose every call fails are counted: after ``max_failed_turns`` in a
+  row the planner gives up (``PlannerError``), so a confused model cannot burn the budget on errors;
+- an empty reply (no text, no call) is asked again within the turn, at most ``max_empty_retries`` times;
+- rate limits and timeouts are retried by the client with backoff; a request too long for the model's context is
+  rebuilt with a smaller budget;
+- token use and cost of every request of a turn (retries included) are summed into the turn.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from importlib import resources
+from string import Template
+from typing import Any, Literal
+
+from agent.events import Event, PlannerTurn, ToolCall, ToolReturned, Usage, UserMessage
+from agent.llm.client import ContextTooLong, LLMClient, LLMError, LLMReply
+from agent.llm.context import ContextConfig, build_messages
+from agent.llm.summaries import expand_refs
+from agent.loop import PlannerError, Turn
+from tools.artifacts import ArtifactStore
+from tools.registry import Registry
+
+Mode = Literal["investigate", "chat"]
+
+INVESTIGATE_TASK = (
+    "Investigate the class \"$label\": find the conditions under which the classifier fails on it, test them, "
+    "confirm them on fresh seeds and record the confirmed findings. Act through the tools; when you are done, call "
+    "finish with your summary."
+)
+MODE_NOTES = {
+    "investigate": "Work through the tools until you call finish. Say briefly, in each turn, what you do and why.",
+    "chat": "You are in a conversation with a user who audits this classifier. Answer their messages; run tools "
+            "when an answer needs evidence, and cite the evidence (k/n with intervals, ratios, adjusted p). When you "
+            "have answered, reply in words without a tool call and wait for the next message.",
+}
+EMPTY_NUDGE = "Your reply was empty. Call one of the tools, or answer in words."
+ACT_NUDGE = "Continue the investigation through the tools; call finish with your summary when you are done."
+
+
+def load_prompt(name: str) -> str:
+    return resources.files("prompts").joinpath(name).read_text(encoding="utf-8")
+
+
+def system_prompt(*, label: str, class_prompt: str, labels: Sequence[str], budget: int | None, alpha: float,
+                  mode: Mode) -> str:
+    text = Template(load_prompt("system.md")).safe_substitute(
+        label=label, class_prompt=class_prompt, labels=", ".join(labels),
+        budget=f"{budget:,}" if budget is not None else "not set", alpha=alpha, mode_notes=MODE_NOTES[mode])
+    return text.rstrip() + "\n\n" + load_prompt("tools.md").rstrip() + "\n"
+
+
+def parse_arguments(raw: str, known_refs: list[str]) -> dict[str, Any] | str:
+    """Arguments as a dict when they are a JSON object (also when the model encoded the JSON twice), with short
+    image refs made whole; otherwise the raw text, which the registry reports back as an error."""
+    if not raw.strip():
+        return {}
+    try:
+        data: Any = json.loads(raw)
+        if isinstance(data, str):
+            data = json.loads(data)
+    except json.JSONDecodeError:
+        return raw
+    if not isinstance(data, dict):
+        return raw
+    return expand_refs(data, known_refs)
+
+
+class LLMPlanner:
+    """Plans with a language model reached through ``LLMClient``."""
+
+    name = "llm"
+
+    def __init__(self, client: LLMClient, registry: Registry, *, label: str, class_prompt: str,
+                 labels: Sequence[str], budget: int | None = None, alpha: float = 0.05, mode: Mode = "investigate",
+                 context: ContextConfig | None = None, artifacts: ArtifactStore | None = None,
+                 max_failed_turns: int = 3, max_empty_retries: int = 2, max_text_turns: int = 3) -> None:
+        self.client = client
+        self.registry = registry
+        self.model = client.config.model
+        self.name = f"llm:{self.model}"
+        self.mode = mode
+        self.label = label
+        self.context = context or ContextConfig()
+        self.artifacts = artifacts
+        """Where thumbnails come from when the model sees images; set it once the run's store exists."""
+        self.max_failed_turns = max_failed_turns
+        self.max_empty_retries = max_empty_retries
+        self.max_text_turns = max_text_turns
+        self.system = system_prompt(label=label, class_prompt=class_prompt, labels=labels, budget=budget,
+                                    alpha=alpha, mode=mode)
+        self.task = Template(INVESTIGATE_TASK).substitute(label=label) if mode == "investigate" else None
+        self._tools = registry.schemas()
+
+    # -- what the recent turns say about the model ---------------------------------------------------------
+
+    def _own_turns(self, events: Sequence[Event]) -> list[tuple[PlannerTurn, list[ToolReturned]]]:
+        """This planner's turns since the user last spoke, newest first, each with its results."""
+        out: list[tuple[PlannerTurn, list[ToolReturned]]] = []
+        results: list[ToolReturned] = []
+        for e in reversed(events):
+            if isinstance(e, UserMessage):
+                break
+            if isinstance(e, ToolReturned):
+                results.append(e)
+            elif isinstance(e, PlannerTurn):
+                if e.model == self.model:
+                    out.append((e, results))
+                results = []
+        return out
+
+    def _check_failures(self, events: Sequence[Event]) -> None:
+        streak = 0
+        last_error = ""
+        for turn, results in self._own_turns(events):
+            if not turn.tool_calls or not results or any(r.ok for r in results):
+                break
+            streak += 1
+            last_error = last_error or (results[0].error or "")
+        if streak >= self.max_failed_turns:
+            raise PlannerError(f"{self.model}: the last {streak} turns had only failed tool calls; the last error: "
+                               f"{last_error[:300]}")
+
+    def _text_streak(self, events: Sequence[Event]) -> int:
+        streak = 0
+        for turn, _ in self._own_turns(events):
+            if turn.tool_calls:
+                break
+            streak += 1
+        return streak
+
+    # -- the turn --------------------------------------------------------------------------------------------
+
+    def _messages(self, events: Sequence[Event], context: ContextConfig) -> list[dict[str, Any]]:
+        messages = build_messages(events, system=self.system, own_model=self.model, task=self.task, config=context,
+                                  artifacts=self.artifacts)
+        own = self._own_turns(events)
+        if self.mode == "investigate" and own and not own[0][0].tool_calls:
+            messages.append({"role": "user", "content": ACT_NUDGE})
+        return messages
+
+    def _ask(self, events: Sequence[Event]) -> tuple[LLMReply, Usage, float | None]:
+        context = self.context.model_copy()
+        usage = Usage()
+        cost: float | None = None
+        nudges: list[dict[str, Any]] = []
+        empty = 0
+        while True:
+            messages = self._messages(events, context) + nudges
+            try:
+                reply = self.client.complete(messages, self._tools)
+            except ContextTooLong as e:
+                if context.max_tokens <= 2000:
+                    raise PlannerError(str(e)) from None
+                context = context.model_copy(update={"max_tokens": context.max_tokens // 2})
+                continue
+            except LLMError as e:
+                raise PlannerError(str(e)) from None
+            usage = Usage(prompt_tokens=usage.prompt_tokens + reply.usage.prompt_tokens,
+                          completion_tokens=usage.completion_tokens + reply.usage.completion_tokens)
+            if reply.cost_usd is not None:
+                cost = (cost or 0.0) + reply.cost_usd
+            if reply.content.strip() or reply.tool_calls:
+                return reply, usage, cost
+            empty += 1
+            if empty > self.max_empty_retries:
+                raise PlannerError(f"{self.model} sent {empty} empty replies in a row")
+            nudges = [{"role": "assistant", "content": ""}, {"role": "user", "content": EMPTY_NUDGE}]
+
+    def next_turn(self, events: Sequence[Event]) -> Turn:
+        self._check_failures(events)
+        reply, usage, cost = self._ask(events)
+        known = [r for e in events if isinstance(e, ToolReturned) for r in e.artifacts]
+        calls: list[ToolCall] = []
+        seen: set[str] = set()
+        for i, raw in enumerate(reply.tool_calls):
+            call_id = raw.id or f"call_{len(events)}_{i}"
+            while call_id in seen:  # some servers repeat or omit ids; results are matched by id
+                call_id += "_"
+            seen.add(call_id)
+            calls.append(ToolCall(id=call_id, name=raw.name.strip(), arguments=parse_arguments(raw.arguments, known)))
+        text = reply.content.strip()
+        final: str | None = None
+        if not calls:
+            # In chat a reply in words answers the user. In an investigation the model should act; words alone
+            # are kept as reasoning and it is asked to go on, unless it keeps talking: then the words are its answer.
+            if self.mode == "chat" or self._text_streak(events) + 1 >= self.max_text_turns:
+                final = text
+        return Turn(reasoning=text if final is None else "", tool_calls=calls, final=final, model=self.model,
+                    usage=usage, cost_usd=cost)

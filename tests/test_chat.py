@@ -1,0 +1,232 @@
+"""`sleuth chat`: slash commands, /auto, the LLM in conversation, Ctrl-C, and a person typing into a terminal."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pexpect
+import pytest
+from rich.console import Console
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+from agent import chat_commands as C  # noqa: E402
+from agent.chat import PROMPT, STOPPED, Chat  # noqa: E402
+from agent.cli import main  # noqa: E402
+from agent.events import PlannerTurn, ToolCalled, ToolReturned, UserMessage  # noqa: E402
+from agent.llm import LLMClient, LLMConfig  # noqa: E402
+from agent.planners.llm import LLMPlanner  # noqa: E402
+from agent.planners.protocol import ProtocolPlanner  # noqa: E402
+from agent.session import Session, registry  # noqa: E402
+from agent.transcript import TranscriptWriter, read_transcript  # noqa: E402
+from fakeworld import fake_backends  # noqa: E402
+from llm_stub import StubServer, text_reply, tool_call, tool_reply  # noqa: E402
+from tools.cache import PredictionCache  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+SNOW = "a realistic photograph of a cat. it is in the snow."
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07|\r")
+# A rate as the screen shows it: k/n with its 95% interval, e.g. "61/100 [51.2–70.0%]" or "61/100 = 61.0% [...]".
+RATE_WITH_INTERVAL = re.compile(r"(\d+)/(\d+)(?: = \d+\.\d%)? \[(\d+\.\d)[–-](\d+\.\d)%\]")
+
+
+def test_slash_command_parsing():
+    p = C.parse("/measure n=200 target=snow_leopard confirm a cat in the snow")
+    assert (p.name, p.options, p.flags, p.text) == ("measure", {"n": "200", "target": "snow_leopard"}, {"confirm"},
+                                                    "a cat in the snow")
+    name, args = C.arguments(p, [], "a photo of a cat", ("cat", "snow leopard"))
+    assert name == "measure_rate" and args == {"caption": "a cat in the snow", "confirm": True, "mode": "sample",
+                                               "max_n": 200, "target_label": "snow leopard"}
+    assert C.arguments(C.parse("/generate"), [], "a photo of a cat")[1] == {"prompt": "a photo of a cat", "n": 100}
+    for bad, message in [("/nope", "unknown command"), ("/measure", "usage: /measure"),
+                         ("/measure n=lots a cat", "whole number"), ("/generate k=3", "unknown option k="),
+                         ("/caption", "nothing measured yet"), ("/edit a cat", "no generated images")]:
+        with pytest.raises(C.CommandError, match=message):
+            C.arguments(C.parse(bad), [], "a photo of a cat")
+
+
+class Harness:
+    """A chat over the fake backends, typed into from a list, its screen captured."""
+
+    def __init__(self, tmp_path: Path, planner=None) -> None:
+        self.session = Session(backends=fake_backends(), label="cat", run_dir=tmp_path / "run", config={},
+                               cache=PredictionCache(), command="chat")
+        self.screen = io.StringIO()
+        self.console = Console(file=self.screen, width=160, highlight=False, color_system=None)
+        self.writer = TranscriptWriter(self.session.transcript)
+        self.chat = Chat(self.session, self.writer, self.console, planner=planner, bars=False,
+                         protocol=lambda: ProtocolPlanner("cat", "a realistic photograph of a cat", baseline_n=300,
+                                                          max_n=300, explore=False))
+        self.chat.start()
+
+    def type(self, *lines: str) -> str:
+        feed: Iterator[str] = iter(lines)
+
+        def read(prompt: str) -> str:
+            try:
+                return next(feed)
+            except StopIteration:
+                raise EOFError from None
+
+        status = self.chat.loop(read)
+        self.chat.finish(status)
+        self.writer.close()
+        return ANSI.sub("", self.screen.getvalue())
+
+
+def test_slash_commands_drive_the_tools_and_land_in_the_transcript(tmp_path):
+    h = Harness(tmp_path)
+    lines = ["/generate n=200", "/caption", f"/measure n=200 target=snow_leopard {SNOW}",
+             f"/measure n=200 confirm {SNOW}", "/record t1 t2 cats in snow pass for snow leopards",
+             f"/edit k=3 {SNOW}", "/perturb types=background n=1", "/findings", "how are you?", "/bogus", "/quit",
+             "/generate never reached"]
+    screen = h.type(*lines)
+    events = read_transcript(h.session.transcript)  # verifies the hash chain
+    assert events[0].kind == "run_started" and (events[0].command, events[0].planner) == ("chat", "user")
+    assert [e.text for e in events if isinstance(e, UserMessage)] == lines[:-1]
+    calls = [e for e in events if isinstance(e, ToolCalled)]
+    assert [c.name for c in calls] == ["generate_and_classify", "caption_failures", "measure_rate", "measure_rate",
+                                       "record_finding", "edit_image", "perturb_caption"]
+    for c in calls:  # each command is a turn of the user, followed by its call and result
+        i = events.index(c)
+        assert isinstance(events[i - 1], PlannerTurn) and events[i - 1].model == "user"
+        after = next(e for e in events[i + 1:] if e.kind != "finding")  # record_finding's finding comes first
+        assert isinstance(after, ToolReturned) and after.call_id == c.call_id
+    returned = [e for e in events if isinstance(e, ToolReturned)]
+    assert all(r.ok for r in returned), [r.error for r in returned if not r.ok]
+    finding = next(e for e in events if e.kind == "finding")
+    assert finding.finding["caption"] == SNOW and finding.finding["confirmed"]
+    assert events[-1].kind == "run_finished" and events[-1].n_findings == 1
+    # The screen shows each measured rate with its interval, the findings table, and the hints.
+    k, n = (finding.finding["discovery"]["hypothesis"][x] for x in ("k", "n"))
+    assert any(m.group(1, 2) == (str(k), str(n)) for m in RATE_WITH_INTERVAL.finditer(screen))
+    assert "1 confirmed finding" in screen and "No LLM is configured" in screen and "unknown command /bogus" in screen
+
+
+def test_auto_hands_over_to_the_protocol_planner_and_the_chat_goes_on(tmp_path):
+    h = Harness(tmp_path)
+    h.type("/auto", "/generate n=20")
+    events = read_transcript(h.session.transcript)
+    turns = [e for e in events if isinstance(e, PlannerTurn)]
+    assert turns[0].model == "protocol" and turns[-1].model == "user"
+    finish = next(e for e in events if isinstance(e, ToolReturned) and e.name == "finish")
+    assert finish.ok and events.index(finish) < events.index(turns[-1])  # the chat outlived the planner's finish
+    assert any("snow" in f["caption"] for f in h.session.investigation.findings)
+    assert events[-1].kind == "run_finished" and events[-1].status == "completed"
+
+
+def _stub_planner(stub: StubServer, session: Session) -> LLMPlanner:
+    client = LLMClient(LLMConfig(model="openai/stub-model", api_base=stub.api_base, api_key_env="K"),
+                       environ={"K": "stub-key-000000"})
+    return LLMPlanner(client, registry(), label="cat", class_prompt="a realistic photograph of a cat",
+                      labels=session.backends.classifier.labels.labels, mode="chat", artifacts=session.artifacts)
+
+
+def _answer_with_evidence(body: dict) -> dict:
+    """The stub's second reply: an answer built from the measure_rate result the planner fed back."""
+    tool = next(m for m in reversed(body["messages"]) if m["role"] == "tool")
+    r = json.loads(re.search(r">\n(.*)\n</tool_result>", tool["content"], re.S).group(1))
+    f, b = r["hypothesis"]["failures"], r["baseline"]
+    return text_reply(f"Cats in snow fail {f['k']}/{f['n']} [{100 * f['low']:.1f}–{100 * f['high']:.1f}%] against "
+                      f"{b['k']}/{b['n']} for plain cats (adjusted p = {r['adjusted_p']:.2g}): {r['verdict']}.")
+
+
+def test_words_go_to_the_llm_which_sees_the_users_commands(tmp_path):
+    script = [tool_reply(tool_call("measure_rate", {"caption": SNOW, "target_label": "snow leopard",
+                                                    "max_n": 200}, "m1"), content="I measure it."),
+              _answer_with_evidence,
+              text_reply("The grass baseline is low.")]
+    with StubServer(script) as stub:
+        h = Harness(tmp_path, planner=None)
+        h.chat.planner = _stub_planner(stub, h.session)
+        screen = h.type("do cats in snow fail?", "/generate n=30 a realistic photograph of a cat in the grass",
+                        "and in grass?")
+    assert "Cats in snow fail" in screen and RATE_WITH_INTERVAL.search(screen.split("Cats in snow fail")[1])
+    events = read_transcript(h.session.transcript)
+    own = [e for e in events if isinstance(e, PlannerTurn) and e.model == "openai/stub-model"]
+    assert [bool(t.tool_calls) for t in own] == [True, False, False] and own[1].final.startswith("Cats in snow")
+    last = stub.requests[2].body["messages"]
+    assert last[-1] == {"role": "user", "content": "and in grass?"}
+    assert last[-2]["role"] == "user" and last[-2]["content"].startswith("The user ran:")  # the /generate
+    assert "conversation with a user" in stub.requests[0].body["messages"][0]["content"]
+
+
+# -- a person at a terminal ------------------------------------------------------------------------------------
+
+
+def _spawn(tmp_path: Path, *args: str, env: dict | None = None):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "SLEUTH_NO_CACHE": "1",
+           "COLUMNS": "160", **(env or {})}
+    log = io.StringIO()
+    child = pexpect.spawn(sys.executable, ["-m", "agent", "chat", "--class", "cat", "--runs", str(tmp_path), *args],
+                          cwd=str(tmp_path), env=env, encoding="utf-8", dimensions=(50, 160), timeout=120)
+    child.logfile_read = log
+    return child, log
+
+
+def test_typing_into_chat_without_an_llm(tmp_path):
+    child, log = _spawn(tmp_path, "--seed", "5")
+    child.expect_exact(PROMPT)
+    child.sendline("/measure n=100 target=snow_leopard a realistic photograph of a cat in the snow")
+    child.expect_exact(PROMPT)  # the prompt comes back once the command is done
+    screen = ANSI.sub("", log.getvalue())
+    rates = RATE_WITH_INTERVAL.findall(screen)
+    assert rates, screen[-2000:]
+    k, n, low, high = rates[0]
+    assert int(n) == 100 and float(low) < 100 * int(k) / int(n) < float(high)
+    # Ctrl-C during a long generation stops the tool, not the session.
+    child.sendline("/generate n=5000")
+    child.expect("generat")
+    time.sleep(1.5)
+    child.sendintr()
+    child.expect_exact(STOPPED)
+    child.expect_exact(PROMPT)
+    child.sendline("/findings")
+    child.expect("hypotheses")
+    child.expect_exact(PROMPT)
+    child.sendline("/quit")
+    child.expect("Replay it with: sleuth replay")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0
+    transcript = next(tmp_path.glob("*/transcript.jsonl"))
+    events = read_transcript(transcript)
+    stopped = [e for e in events if isinstance(e, ToolReturned) and e.error == STOPPED]
+    assert len(stopped) == 1 and stopped[0].name == "generate_and_classify"
+    assert events[-1].kind == "run_finished" and events[-1].status == "completed"
+
+
+def test_typing_into_chat_with_the_stub_llm_then_replaying_it(tmp_path, capsys):
+    script = [tool_reply(tool_call("measure_rate", {"caption": SNOW, "target_label": "snow leopard",
+                                                    "max_n": 100}, "m1"), content="Let me measure that."),
+              _answer_with_evidence]
+    with StubServer(script) as stub:
+        child, log = _spawn(tmp_path, "--llm", "openai/stub-model", "--api-base", stub.api_base,
+                            "--api-key-env", "SLEUTH_STUB_KEY", "--seed", "6",
+                            env={"SLEUTH_STUB_KEY": "stub-key-123456789"})
+        child.expect_exact(PROMPT)
+        child.sendline("Do cats in the snow fool the classifier?")
+        child.expect("Cats in snow fail")
+        child.expect_exact(PROMPT)
+        child.sendline("/quit")
+        child.expect(pexpect.EOF)
+        child.close()
+    assert child.exitstatus == 0 and len(stub.requests) == 2
+    assert stub.requests[0].headers["Authorization"] == "Bearer stub-key-123456789"
+    screen = ANSI.sub("", log.getvalue())
+    answer = screen.split("Cats in snow fail")[1]
+    assert RATE_WITH_INTERVAL.search(answer), answer[:300]
+    transcript = next(tmp_path.glob("*/transcript.jsonl"))
+    assert "stub-key-123456789" not in transcript.read_text()
+    # The chat replays like any other run: the user's words, the tool call, the answer.
+    assert main(["replay", str(transcript), "--width", "160"]) == 0
+    out = capsys.readouterr().out
+    assert "› Do cats in the snow fool the classifier?" in out and "measure_rate" in out
+    assert "Cats in snow fail" in out and "hash chain verified" in out
