@@ -103,6 +103,116 @@ def _finish(result: dict[str, Any]) -> RenderableType:
 FORMATTERS["finish"] = _finish
 
 
+# -- the investigation tools: counts with intervals, ratios, p-values, verdicts ------------------------------------
+
+VERDICT_STYLE = {"supported": "bold green", "not supported": "dim", "inconclusive": "yellow"}
+
+
+def _kn(rate: dict[str, Any] | None) -> str:
+    """``k/n = 7.5% [5.3–10.5%]``: a rate is never shown without its count and interval."""
+    if not rate or not rate.get("n"):
+        return "0/0"
+    low, high = rate.get("low"), rate.get("high")
+    interval = f" [{100 * low:.1f}–{100 * high:.1f}%]" if low is not None and high is not None else ""
+    return f"{rate['k']}/{rate['n']} = {100 * rate['k'] / rate['n']:.1f}%{interval}"
+
+
+def _x(value: float | None) -> str:
+    return "∞" if value is None else f"{value:.3g}"
+
+
+def _ratio_text(r: dict[str, Any] | None) -> str:
+    return "n/a" if not r else f"{_x(r.get('ratio'))}× [{_x(r.get('low'))}, {_x(r.get('high'))}]"
+
+
+def _p(p: float | None) -> str:
+    return "n/a" if p is None else f"{p:.2g}"
+
+
+def _confusions(summary: dict[str, Any], limit: int = 3) -> str:
+    conf = summary.get("confusions") or []
+    return ", ".join(f"{c['label']} {c['count']}" for c in conf[:limit])
+
+
+def _sample_line(summary: dict[str, Any]) -> Text:
+    t = Text.assemble(("failures ", "cyan"), _kn(summary.get("failures")))
+    if summary.get("target_label"):
+        t.append(f"; {summary['target_label']} {summary.get('target_hits', 0)}")
+    if summary.get("confusions"):
+        t.append(f"; wrong answers: {_confusions(summary)}", style="dim")
+    if summary.get("unrendered"):
+        t.append(f"; not rendered: {', '.join(summary['unrendered'])}", style="yellow")
+    return t
+
+
+def _generate_and_classify(r: dict[str, Any]) -> RenderableType:
+    s = r["summary"]
+    head = Text.assemble((f"{r['measurement_id']} ", "bold"), _truncate(s["prompt"], 80), style="")
+    return Group(head, _sample_line(s))
+
+
+def _caption_failures(r: dict[str, Any]) -> RenderableType:
+    lines: list[RenderableType] = [Text(f"{len(r['hypotheses'])} hypotheses from {r['n_failures']} failures of "
+                                        f"{r['measurement_id']}", style="bold")]
+    for h in r["hypotheses"][:MAX_ITEMS]:
+        lines.append(Text.assemble(f"• {_truncate(h['caption'], 90)} ",
+                                   (f"({h['n_images']} images, predicted {h['predicted_label']})", "dim")))
+    if len(r["hypotheses"]) > MAX_ITEMS:
+        lines.append(Text(f"… +{len(r['hypotheses']) - MAX_ITEMS}", style="dim"))
+    return Group(*lines)
+
+
+def _perturb_caption(r: dict[str, Any]) -> RenderableType:
+    edits, refs = r.get("edits", []), r.get("refinements", [])
+    lines: list[RenderableType] = [Text(f"{len(edits)} edits, {len(refs)} refinements ({r.get('source', '?')})",
+                                        style="bold")]
+    for e in [*edits, *refs][:MAX_ITEMS]:
+        lines.append(Text.assemble((f"{e['type']}: ", "cyan"), e["edit"]))
+    if len(edits) + len(refs) > MAX_ITEMS:
+        lines.append(Text(f"… +{len(edits) + len(refs) - MAX_ITEMS}", style="dim"))
+    if r.get("rejected"):
+        lines.append(Text(f"{len(r['rejected'])} refused (dropped the class or named another)", style="dim"))
+    return Group(*lines)
+
+
+def _mcnemar(m: dict[str, Any] | None) -> str:
+    return "" if not m else f"McNemar: {m['b']} flipped to failure, {m['c']} back, p={_p(m['p_value'])}"
+
+
+def _edit_image(r: dict[str, Any]) -> RenderableType:
+    n = len(r.get("edits", []))
+    t = Text(f"{n} image{'s' * (n != 1)} edited: {r['to_failure']} now fail, {r['to_correct']} now pass")
+    if r.get("mcnemar"):
+        t.append(f"; {_mcnemar(r['mcnemar'])}", style="dim")
+    return t
+
+
+def _measure_rate(r: dict[str, Any]) -> RenderableType:
+    verdict = r.get("verdict", "")
+    head = Text.assemble((f"{r['test_id']} ", "bold"), (verdict, VERDICT_STYLE.get(verdict, "")),
+                         (f"  {r['purpose']}" + (", counterfactual" if r.get("mode") == "counterfactual" else ""),
+                          "dim"))
+    rows = Table.grid(padding=(0, 2))
+    rows.add_column(style="cyan", no_wrap=True)
+    rows.add_column(overflow="fold")
+    if r.get("hypothesis"):
+        rows.add_row("hypothesis", _sample_line(r["hypothesis"]))
+    if r.get("mcnemar"):
+        rows.add_row("edits", _mcnemar(r["mcnemar"]))
+    rows.add_row("baseline", _kn(r.get("baseline")))
+    rows.add_row("rate ratio", _ratio_text(r.get("rate_ratio")))
+    looks = f"; looks at n={', '.join(map(str, r['looks']))}, stopped: {r['stopped']}" if r.get("looks") else ""
+    rows.add_row("p", f"{_p(r.get('p_value'))}, {r.get('adjust_method', 'adjusted')}-adjusted {_p(r.get('adjusted_p'))}"
+                      f" over {r.get('family_size', '?')} tests{looks}")
+    for note in r.get("notes", []):
+        rows.add_row("note", Text(note, style="yellow"))
+    return Group(head, rows)
+
+
+FORMATTERS.update({"generate_and_classify": _generate_and_classify, "caption_failures": _caption_failures,
+                   "perturb_caption": _perturb_caption, "edit_image": _edit_image, "measure_rate": _measure_rate})
+
+
 def format_result(name: str, result: dict[str, Any]) -> RenderableType:
     formatter = FORMATTERS.get(name)
     if formatter is None:

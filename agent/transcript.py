@@ -232,8 +232,8 @@ class TranscriptWriter:
         return written
 
     def _write_line(self, data: bytes) -> None:
-        """Write one encoded line and make it durable. The single place a line reaches the file, so crash tests can
-        cut a write short here."""
+        """Write one encoded line and make it durable. The one place a line reaches the file: crash tests cut a
+        write short here."""
         self._file.write(data)
         self._file.flush()
         os.fsync(self._file.fileno())

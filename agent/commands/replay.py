@@ -1,22 +1,54 @@
-"""`sleuth replay TRANSCRIPT`: check a transcript's hash chain, then render it as the live terminal showed it."""
+"""`sleuth replay T`: render a transcript; `--verify` re-runs its tool calls; `--fork N` continues it anew.
+
+- render: the hash chain is checked, then every event is shown as the live terminal showed it, with its line number
+  (``--step`` waits for Enter before each planner turn);
+- ``--verify``: re-runs every recorded tool call with its recorded seeds on the recorded backends and reports each
+  result that differs, and any break of the hash chain, by line number. T may be a folder: every transcript under
+  it is verified;
+- ``--fork N --planner P``: copies lines 1..N (cut back to the start of a planner turn) into a new transcript and
+  continues from there with planner P. ``--planner replay`` plays the recorded turns instead: a recorded session,
+  LLM sessions included, runs again without a model or an API key.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from agent.cli import UsageError
 
 NAME = "replay"
-HELP = "Render a recorded transcript again (after checking its hash chain)."
+HELP = "Render a recorded transcript; --verify re-runs its tool calls; --fork N continues it with another planner."
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("transcript", help="A transcript.jsonl, or the run directory that holds one.")
+    from agent.planner_args import add_planner_arguments
+
+    p.add_argument("transcript", help="A transcript.jsonl, or the run directory that holds one (for --verify: any "
+                                      "folder; every transcript under it is verified).")
     p.add_argument("--no-verify", action="store_true",
                    help="Skip the hash-chain check (the schema is still checked).")
     p.add_argument("--width", type=int, default=None, help="Output width in columns (default: the terminal's).")
+    p.add_argument("--step", action="store_true", help="Wait for Enter before each planner turn.")
+    p.add_argument("--verify", action="store_true",
+                   help="Re-run every tool call with its recorded seeds and report results that differ.")
+    p.add_argument("--json", action="store_true", help="With --verify: print the reports as JSON.")
+    p.add_argument("--fork", type=int, metavar="N",
+                   help="Keep lines 1..N (cut back to a planner turn) and continue with --planner in a new transcript.")
+    p.add_argument("--out", metavar="DIR", help="With --fork: the new run directory (default: a new one under --runs).")
+    p.add_argument("--runs", default="runs", help="With --fork: folder for the new run directory (default ./runs).")
+    p.add_argument("--baseline-n", type=int, default=None,
+                   help="With --fork: the planner's baseline size (default: the recorded run's).")
+    p.add_argument("--quiet", action="store_true", help="With --fork: do not render the new events.")
+    add_planner_arguments(p)
+    for action in p._actions:
+        # The recorded turns themselves are one more planner a fork can continue with.
+        if action.dest == "planner" and action.choices is not None and "replay" not in action.choices:
+            action.choices = (*action.choices, "replay")
+            action.help = (action.help or "") + " With --fork, 'replay' plays the recorded turns."
 
 
 def resolve(path: str) -> Path:
@@ -28,14 +60,48 @@ def resolve(path: str) -> Path:
     return p
 
 
+def transcripts_under(path: str) -> list[Path]:
+    p = Path(path)
+    if p.is_file():
+        return [p]
+    if p.is_dir():
+        found = sorted(p.rglob("transcript.jsonl"))
+        if found:
+            return found
+    raise UsageError(f"no transcript at {path}")
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.width is not None and args.width < 20:
+        raise UsageError(f"--width must be at least 20, got {args.width}")
+    if args.verify and args.fork is not None:
+        raise UsageError("--verify and --fork are separate actions; run them one after the other")
+    if args.verify:
+        return _verify(args)
+    if args.fork is not None:
+        return _fork(args)
+    return _render(args)
+
+
+# -- render ---------------------------------------------------------------------------------------------------
+
+
+def _numbered(line: int, renderable: Any) -> Any:
+    from rich.table import Table
+
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(style="dim", no_wrap=True, justify="right", width=4)
+    grid.add_column(overflow="fold")
+    grid.add_row(str(line), renderable)
+    return grid
+
+
+def _render(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from agent.render import render_event
     from agent.transcript import TranscriptError, read_transcript
 
-    if args.width is not None and args.width < 20:
-        raise UsageError(f"--width must be at least 20, got {args.width}")
     path = resolve(args.transcript)
     try:
         events = read_transcript(path, verify=not args.no_verify)
@@ -45,10 +111,150 @@ def run(args: argparse.Namespace) -> int:
     except OSError as e:
         raise UsageError(f"cannot read {path}: {e.strerror or e}") from None
     console = Console(width=args.width, highlight=False)
+    step = args.step and sys.stdin.isatty()
+    seen_turn = False
     for event in events:
+        if step and event.kind == "planner_turn":
+            if seen_turn:
+                input()
+            seen_turn = True
         renderable = render_event(event)
         if renderable is not None:
-            console.print(renderable)
+            console.print(_numbered(event.seq + 1, renderable))
     checked = "hash chain verified" if not args.no_verify else "hash chain not checked"
     console.print(f"{len(events)} events, {checked}.", style="dim")
     return 0
+
+
+# -- verify ---------------------------------------------------------------------------------------------------
+
+
+def _verify(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from agent.progress import ProgressBars
+    from agent.rebuild import RebuildError, backend_specs, backends_from_config, verify_run
+    from agent.transcript import TranscriptError, read_transcript
+
+    paths = transcripts_under(args.transcript)
+    console = Console(width=args.width, highlight=False, stderr=args.json)
+    bars = ProgressBars(console, enabled=not args.json and console.is_terminal)
+    built: dict[str, Any] = {}
+    reports = []
+    failed = 0
+    with bars:
+        for path in paths:
+            try:
+                first = read_transcript(path, verify=False)[:1]
+                backends = None
+                if first and first[0].kind == "run_started":
+                    key = backend_specs(first[0].config).model_dump_json()
+                    if key not in built:  # transcripts of one audit share their backends
+                        built[key] = backends_from_config(first[0].config, progress=bars.update)
+                    backends = built[key]
+                report = verify_run(path, backends=backends, progress=bars.update)
+            except (RebuildError, TranscriptError) as e:
+                failed += 1
+                reports.append({"transcript": str(path), "ok": False, "error": str(e)})
+                if not args.json:
+                    bars.print(f"[red]{path}: cannot verify: {e}[/red]")
+                continue
+            reports.append(report.model_dump(mode="json"))
+            failed += not report.ok
+            if not args.json:
+                _print_report(bars, report)
+    if args.json:
+        json.dump(reports if len(reports) > 1 else reports[0], sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    elif len(paths) > 1:
+        console.print(f"{len(paths) - failed} of {len(paths)} transcripts verified, {failed} with problems.")
+    return 1 if failed else 0
+
+
+def _print_report(bars: Any, report: Any) -> None:
+    from rich.markup import escape
+
+    head = escape(report.transcript)
+    if report.chain_error:
+        bars.print(f"[red]{head}: {escape(report.chain_error)}[/red]")
+    for m in report.mismatches:
+        bars.print(f"[red]{head}: {escape(m.describe())}[/red]")
+    for s in report.skipped:
+        bars.print(f"[yellow]{head}: line {s.line}: {s.tool} not re-run: {escape(s.reason)}[/yellow]")
+    if report.unfinished:
+        bars.print(f"[yellow]{head}: {report.unfinished} call(s) have no recorded result (the run was cut)[/yellow]")
+    chain = "hash chain intact" if not report.chain_error else "hash chain BROKEN"
+    n = len(report.mismatches)
+    style = "green" if report.ok else "red"
+    bars.print(f"[{style}]{head}: {report.events} events, {chain}; {report.calls} tool calls re-run in "
+               f"{report.seconds:.1f} s: {n} mismatch{'es' * (n != 1)}[/{style}]")
+
+
+# -- fork -----------------------------------------------------------------------------------------------------
+
+
+def _fork(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from agent.planner_args import build_planner, check_planner_args
+    from agent.planners.replay import ReplayPlanner
+    from agent.progress import ProgressBars
+    from agent.rebuild import RebuildError
+    from agent.render import render_event
+    from agent.resume import fork_point, fork_run
+    from agent.session import new_run_dir
+    from agent.transcript import TranscriptError, read_transcript
+
+    source = resolve(args.transcript)
+    if args.fork < 1:
+        raise UsageError(f"--fork must be a line number of at least 1, got {args.fork}")
+    try:
+        events = read_transcript(source)
+    except TranscriptError as e:
+        print(f"sleuth replay: {source}: line {e.line}: {e.reason}", file=sys.stderr)
+        return 1
+    if not events or events[0].kind != "run_started":
+        raise UsageError(f"{source} does not begin with run_started")
+    config = events[0].config
+    if args.fork > len(events):
+        raise UsageError(f"--fork {args.fork}: {source} has only {len(events)} lines")
+    keep = fork_point(events, args.fork)
+    if args.planner != "replay":
+        check_planner_args(args)
+        if args.baseline_n is None:
+            args.baseline_n = int(config.get("baseline_n", 1000))
+
+    def make_planner(session: Any) -> Any:
+        if args.planner == "replay":
+            return ReplayPlanner.from_events(events, after=keep)
+        args.budget, args.alpha = session.investigation.budget.images, session.investigation.alpha
+        return build_planner(args, session.backends, session.label, session=session)
+
+    label = str(config.get("class", "run"))
+    seed = int(config.get("seed", 0))
+    out = Path(args.out) if args.out else new_run_dir(Path(args.runs), f"{label}-fork{keep}", seed)
+    console = Console(width=args.width, highlight=False)
+    bars = ProgressBars(console, enabled=console.is_terminal)
+
+    def show(event: Any) -> None:
+        renderable = render_event(event)
+        if renderable is not None:
+            bars.print(_numbered(event.seq + 1, renderable))
+
+    try:
+        with bars:
+            done = fork_run(source, args.fork, out, make_planner, progress=bars.update,
+                            subscribers=() if args.quiet else (show,))
+    except (RebuildError, FileExistsError) as e:
+        print(f"sleuth replay: cannot fork {source}: {e}", file=sys.stderr)
+        return 1
+    if keep != args.fork:
+        console.print(f"Line {args.fork} is inside a planner turn: the fork keeps lines 1..{keep}, up to that turn.",
+                      style="yellow")
+    if done.divergence is not None:
+        console.print(f"The {args.planner} planner does not reproduce the recorded turns "
+                      f"({done.divergence.describe()}); it starts its own procedure on the rebuilt state.",
+                      style="yellow")
+    console.print(f"Forked {source} at line {keep}: {done.transcript} shares lines 1..{keep} and continues with "
+                  f"the {args.planner} planner: {done.result.events} events, {done.result.status}.")
+    return 0 if done.result.status == "completed" else 1

@@ -78,6 +78,9 @@ class LLMPlanner:
 
     name = "llm"
 
+    deterministic = False
+    """Its turns come from a model: resume and fork reuse the recorded turns instead of asking again."""
+
     def __init__(self, client: LLMClient, registry: Registry, *, label: str, class_prompt: str,
                  labels: Sequence[str], budget: int | None = None, alpha: float = 0.05, mode: Mode = "investigate",
                  context: ContextConfig | None = None, artifacts: ArtifactStore | None = None,

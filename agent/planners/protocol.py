@@ -60,6 +60,8 @@ def _n_sentences(caption: str) -> int:
 class ProtocolPlanner:
     """Deterministic planner that follows the published procedure with adaptive allocation of the image budget."""
 
+    deterministic = True
+    """The same tool results give the same turns: resume and fork can fast-forward it."""
     name = "protocol"
 
     explore_types = ("background", "domain", "object", "adjective")

@@ -20,6 +20,8 @@ Results = list[dict[str, Any]]
 
 
 class RandomPerturbationPlanner:
+    deterministic = True
+    """The same tool results give the same turns: resume and fork can fast-forward it."""
     name = "random"
 
     def __init__(self, label: str, class_prompt: str, *, budget: int, seed: int = 0, baseline_n: int = 1000,

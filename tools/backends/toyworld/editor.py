@@ -29,7 +29,7 @@ class ToyEditor:
         meta = generation.meta or {}
         if META_KEY not in meta or "scene" not in meta:
             raise BackendError(f"{self.id} can only edit images toyworld generated; this one carries no toyworld scene")
-        if meta[META_KEY] != self.world.config_hash():
+        if meta[META_KEY] != self.generator.config_hash:
             raise BackendError(f"{self.id}: the image comes from another toyworld config "
                                f"(world {meta.get('world')!r}); load that world to edit it")
         if meta.get("size") != self.generator.size:

@@ -1,0 +1,166 @@
+"""`sleuth replay --verify` and `--fork`: committed transcripts re-run to zero mismatches; tampering is named by line;
+forks share their prefix byte for byte and continue validly."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from agent.cli import main
+from agent.events import ToolCall, event_hash
+from agent.loop import Turn
+from agent.planners.scripted import ScriptedPlanner
+from agent.rebuild import verify_run
+from agent.session import Session
+from agent.transcript import read_transcript, verify_transcript
+from tests.fakeworld import fake_backends
+
+ROOT = Path(__file__).resolve().parents[1]
+COMMITTED = ROOT / "transcripts"
+EXAMPLE = COMMITTED / "investigate-fly-s0" / "transcript.jsonl"
+AUDIT_FLY = COMMITTED / "audit-fly-cat" / "fly" / "transcript.jsonl"
+VOLATILE = {"ts", "hash", "prev_hash", "duration_s"}
+
+
+def payloads(path: Path) -> list[dict]:
+    return [e.model_dump(mode="json", exclude=VOLATILE) for e in read_transcript(path)]
+
+
+def test_every_committed_transcript_verifies_with_zero_mismatches(capsys):
+    found = sorted(COMMITTED.rglob("transcript.jsonl"))
+    assert EXAMPLE in found and AUDIT_FLY in found
+    started = read_transcript(EXAMPLE)[0]
+    assert (started.command, started.planner, started.config["class"]) == ("investigate", "protocol", "fly")
+    assert main(["replay", "--verify", str(COMMITTED), "--json"]) == 0
+    reports = json.loads(capsys.readouterr().out)
+    assert sorted(Path(r["transcript"]) for r in reports) == found
+    for r in reports:
+        assert r["ok"] and r["mismatches"] == [] and r["chain_error"] is None, r["transcript"]
+        assert r["calls"] > 20 and r["unfinished"] == 0 and r["skipped"] == []
+        assert r["calls"] == sum(e.kind == "tool_called" for e in read_transcript(r["transcript"]))
+
+
+def _measure_line(lines: list[bytes]) -> int:
+    """0-based index of the first successful measure_rate result."""
+    return next(i for i, raw in enumerate(lines)
+                if b'"kind":"tool_returned"' in raw and b'"name":"measure_rate"' in raw and b'"ok":true' in raw)
+
+
+def test_a_tampered_copy_is_reported_with_its_line_number(tmp_path, capsys):
+    lines = AUDIT_FLY.read_bytes().split(b"\n")[:-1]
+    i = _measure_line(lines)
+    obj = json.loads(lines[i])
+    k = obj["result"]["hypothesis"]["failures"]["k"]
+    obj["result"]["hypothesis"]["failures"]["k"] = k + 1
+    tampered = [*lines[:i], json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode(), *lines[i + 1:]]
+    copy = tmp_path / "tampered.jsonl"
+    copy.write_bytes(b"".join(line + b"\n" for line in tampered))
+
+    assert main(["replay", "--verify", str(copy), "--width", "200"]) == 1
+    out = capsys.readouterr().out
+    assert f"line {i + 1}: hash mismatch: the line was changed after it was written" in out
+    assert f"line {i + 1}: measure_rate" in out and "1 mismatch" in out
+    assert f"result.hypothesis.failures.k: recorded {k + 1}, re-run gives {k}" in out
+
+    # A forger who re-hashes the whole chain passes the chain check, not the re-run.
+    prev = ""
+    forged = []
+    for raw in tampered:
+        o = json.loads(raw)
+        o["prev_hash"] = prev
+        o["hash"] = prev = event_hash(o)
+        forged.append(json.dumps(o, separators=(",", ":"), ensure_ascii=False).encode() + b"\n")
+    copy.write_bytes(b"".join(forged))
+    assert verify_transcript(copy).ok
+    assert main(["replay", "--verify", str(copy), "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["chain_error"] is None and not report["ok"]
+    assert [(m["line"], m["path"], m["recorded"], m["replayed"]) for m in report["mismatches"]] == \
+        [(i + 1, "result.hypothesis.failures.k", k + 1, k)]
+
+
+def test_fork_of_the_example_at_an_early_event_with_the_protocol_planner(tmp_path, capsys):
+    out = tmp_path / "fork"
+    assert main(["replay", str(EXAMPLE), "--fork", "5", "--planner", "protocol", "--out", str(out), "--quiet"]) == 0
+    said = capsys.readouterr().out
+    assert "keeps lines 1..4" in said and "shares lines 1..4" in said
+    fork = out / "transcript.jsonl"
+    assert verify_transcript(fork).ok
+    src_lines = EXAMPLE.read_bytes().split(b"\n")
+    new_lines = fork.read_bytes().split(b"\n")
+    assert new_lines[:4] == src_lines[:4] and new_lines[4] != src_lines[4]  # shared prefix, then its own events
+    events = read_transcript(fork)
+    assert events[-1].kind == "run_finished" and events[-1].status == "completed"
+    assert json.loads((out / "fork.json").read_text())["kept_lines"] == 4
+    assert "does not reproduce" not in said  # the recorded first turn is the planner's own: it goes on from there
+    assert sum(e.kind == "finding" for e in events) >= 1 and events[-1].n_findings >= 1
+
+
+def test_fork_with_recorded_turns_reruns_a_session_without_any_model(tmp_path, capsys):
+    out = tmp_path / "rerun"
+    assert main(["replay", str(AUDIT_FLY), "--fork", "30", "--planner", "replay", "--out", str(out), "--quiet"]) == 0
+    capsys.readouterr()
+    assert payloads(out / "transcript.jsonl") == payloads(AUDIT_FLY)
+    # Line 30 falls inside the turn that starts at line 10 (28 measurements): the prefix ends before that turn.
+    keep = json.loads((out / "fork.json").read_text())["kept_lines"]
+    assert keep == 9 and read_transcript(AUDIT_FLY)[keep].kind == "planner_turn"
+    assert (out / "transcript.jsonl").read_bytes().split(b"\n")[:keep] == AUDIT_FLY.read_bytes().split(b"\n")[:keep]
+
+
+def test_fork_with_a_different_planner_setting_starts_afresh_on_the_rebuilt_state(tmp_path, capsys):
+    out = tmp_path / "other"
+    assert main(["replay", str(AUDIT_FLY), "--fork", "9", "--baseline-n", "300", "--out", str(out), "--quiet"]) == 0
+    said = capsys.readouterr().out
+    assert "does not reproduce the recorded turns (line 2" in said
+    events = read_transcript(out / "transcript.jsonl")
+    assert verify_transcript(out / "transcript.jsonl").ok and events[-1].status == "completed"
+    assert (out / "transcript.jsonl").read_bytes().split(b"\n")[:9] == AUDIT_FLY.read_bytes().split(b"\n")[:9]
+    # The new procedure's baseline (300 images) pools with the recorded one: the family and budget carry over.
+    assert events[9].tool_calls[0].arguments == {"prompt": "a realistic photograph of a fly", "n": 300}
+
+
+def test_replay_renders_numbered_events_with_rates_intervals_and_verdicts(capsys):
+    assert main(["replay", str(AUDIT_FLY), "--width", "160"]) == 0
+    out = capsys.readouterr().out
+    assert "   3 → generate_and_classify(prompt='a realistic photograph of a fly', n=200)" in out
+    events = read_transcript(AUDIT_FLY)
+    base = events[3].result["summary"]["failures"]
+    assert f"failures {base['k']}/{base['n']} = {100 * base['k'] / base['n']:.1f}% [{100 * base['low']:.1f}–" in out
+    m = next(e.result for e in events if e.kind == "tool_returned" and e.name == "measure_rate" and e.ok)
+    rr = m["rate_ratio"]
+    assert f"rate ratio  {rr['ratio']:.3g}× [{rr['low']:.3g}, {rr['high']:.3g}]" in out
+    assert f"{m['test_id']} {m['verdict']}  discovery" in out and "holm-adjusted" in out
+    assert f"{len(events)} events, hash chain verified." in out
+
+
+def test_llm_perturbations_are_not_rerun_and_a_cut_run_reports_its_unfinished_call(tmp_path):
+    cat = "a realistic photograph of a cat"
+    s = Session(backends=fake_backends(), label="cat", run_dir=tmp_path / "run", config={"class": "cat"})
+    reply = {"edits": [{"type": "background", "edit": "+ snow", "caption": f"{cat}. it is in the snow."}]}
+    s.ctx.llm = lambda prompt: json.dumps(reply)  # type: ignore[attr-defined]
+    perturb = ToolCall(id="a", name="perturb_caption", arguments={"caption": cat, "types": ["background"]})
+    sample = ToolCall(id="b", name="generate_and_classify", arguments={"prompt": cat, "n": 60})
+    turns = [Turn(tool_calls=[perturb, sample]),
+             Turn(tool_calls=[ToolCall(id="c", name="finish", arguments={"summary": "done"})])]
+    s.run(ScriptedPlanner(turns))
+    report = verify_run(s.transcript, backends=fake_backends())
+    assert report.ok and report.calls == 2 and [x.tool for x in report.skipped] == ["perturb_caption"]
+    assert "LLM" in report.skipped[0].reason
+    # Cut after the second call started: nothing to compare for it, nothing wrong either.
+    lines = s.transcript.read_bytes().split(b"\n")
+    cut = tmp_path / "cut.jsonl"
+    cut.write_bytes(b"\n".join(lines[:5]) + b"\n")
+    r = verify_run(cut, backends=fake_backends())
+    assert r.ok and r.unfinished == 1 and r.calls == 0 and len(r.skipped) == 1
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--verify", "--fork", "3"], "separate actions"),
+    (["--fork", "0"], "at least 1"),
+    (["--fork", "100000"], "has only"),
+])
+def test_bad_replay_flags(args, message, capsys):
+    assert main(["replay", str(AUDIT_FLY), *args]) == 2
+    assert message in capsys.readouterr().err

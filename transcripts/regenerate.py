@@ -1,0 +1,70 @@
+"""Regenerate the example transcripts kept in this folder (run from the repository root, offline, a minute on a CPU).
+
+    python transcripts/regenerate.py
+
+- ``investigate-fly-s0/``: ``sleuth investigate --class fly --seed 0 --budget 12000 --baseline-n 200`` on toyworld's
+  default world (protocol planner).
+- ``audit-fly-cat/``: ``sleuth audit transcripts/audit-fly-cat.yaml`` (two classes, small budgets).
+
+Only the images a transcript mentions are kept in its artifact store; the others (every stored failure of every
+measurement) re-render from their seeds, so ``sleuth replay --verify`` needs none of them.
+`sleuth replay --verify transcripts` must report zero mismatches after any change to the tools or backends; when a
+change is meant to alter results, run this script again.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+REF = re.compile(rb"[0-9a-f]{64}")
+
+
+def prune_artifacts(run_dir: Path) -> tuple[int, int]:
+    """Delete the artifacts no event of the run's transcript mentions; returns (kept, removed)."""
+    mentioned = set(REF.findall((run_dir / "transcript.jsonl").read_bytes()))
+    kept = removed = 0
+    for f in sorted((run_dir / "artifacts").rglob("*")):
+        if f.is_file():
+            if f.stem.encode() in mentioned:
+                kept += 1
+            else:
+                f.unlink()
+                removed += 1
+    for d in sorted((run_dir / "artifacts").glob("*"), reverse=True):
+        if d.is_dir() and not any(d.iterdir()):
+            d.rmdir()
+    return kept, removed
+
+
+def sleuth(*args: str, cache: str) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "SLEUTH_CACHE": cache}
+    subprocess.run([sys.executable, "-m", "agent", *args], cwd=ROOT, env=env, check=True, stdout=subprocess.DEVNULL)
+
+
+def main() -> None:
+    with tempfile.TemporaryDirectory() as cache:
+        target = HERE / "investigate-fly-s0"
+        shutil.rmtree(target, ignore_errors=True)
+        with tempfile.TemporaryDirectory(dir=HERE) as runs:
+            sleuth("investigate", "--class", "fly", "--seed", "0", "--budget", "12000", "--baseline-n", "200",
+                   "--runs", str(Path(runs).relative_to(ROOT)), "--json", cache=cache)
+            (made,) = Path(runs).iterdir()
+            made.rename(target)
+        print(target.name, prune_artifacts(target))
+        audit = HERE / "audit-fly-cat"
+        shutil.rmtree(audit, ignore_errors=True)
+        sleuth("audit", "transcripts/audit-fly-cat.yaml", "--out", "transcripts/audit-fly-cat", "--json", cache=cache)
+        for cls in sorted(p for p in audit.iterdir() if (p / "transcript.jsonl").is_file()):
+            print(f"{audit.name}/{cls.name}", prune_artifacts(cls))
+
+
+if __name__ == "__main__":
+    main()
