@@ -46,3 +46,26 @@ def test_protocol_is_deterministic(tmp_path):
     b, _ = run_session(tmp_path / "b")
     assert a.investigation.findings == b.investigation.findings
     assert [t.p_value for t in a.investigation.tests] == [t.p_value for t in b.investigation.tests]
+
+
+def test_a_baseline_without_failures_ends_cleanly_with_and_without_exploration(tmp_path):
+    import numpy as np
+
+    class Perfect:
+        id = "perfect"
+        labels = fake_backends().classifier.labels
+
+        def logits(self, images):
+            return np.tile(np.array([5.0, 0.0, 0.0], np.float32), (len(images), 1))
+
+    for explore in (False, True):
+        backends = fake_backends()
+        backends.classifier = Perfect()
+        session = Session(backends=backends, label="cat", run_dir=tmp_path / str(explore), config={}, budget=20_000)
+        planner = ProtocolPlanner("cat", CAT, baseline_n=200, explore=explore, refine=explore,
+                                  counterfactual=explore)
+        result = session.run(planner)
+        assert result.status == "completed" and session.investigation.findings == []
+        # Without exploration there is nothing to test; with it, every perturbation is measured and none holds.
+        n_tests = len(session.investigation.tests)
+        assert (n_tests == 0) if not explore else (n_tests > 0)

@@ -133,15 +133,17 @@ class ProtocolPlanner:
                             refinements=False)] if self.explore else []
         if s["failures"]["k"] > 0:
             calls.insert(0, self._call("caption_failures", measurement_id=base["measurement_id"]))
-        results = yield self._turn(
-            f"Baseline failure rate {_pct(s['failures'])}; the classifier's wrong answers: {confusions}. "
-            + ("I caption the failed images, clustered by predicted label and appearance, to form hypotheses. "
-               if s["failures"]["k"] > 0 else "There are no failures to caption. ")
-            + ("Attributes that are rare among the class's natural images rarely show up among its failures, so I "
-               "also perturb the class prompt one attribute at a time (LANCE: background, domain, co-occurring "
-               "object, colour) and test each perturbation as a hypothesis of its own." if self.explore else ""),
-            *calls,
-        ) if calls else []
+        results: Results = []
+        if calls:
+            results = yield self._turn(
+                f"Baseline failure rate {_pct(s['failures'])}; the classifier's wrong answers: {confusions}. "
+                + ("I caption the failed images, clustered by predicted label and appearance, to form hypotheses. "
+                   if s["failures"]["k"] > 0 else "There are no failures to caption. ")
+                + ("Attributes that are rare among the class's natural images rarely show up among its failures, so I "
+                   "also perturb the class prompt one attribute at a time (LANCE: background, domain, co-occurring "
+                   "object, colour) and test each perturbation as a hypothesis of its own." if self.explore else ""),
+                *calls,
+            )
         caps = results[0] if s["failures"]["k"] > 0 else {}
         pert = results[-1] if self.explore else {}
         hyps = self._unique(caps.get("hypotheses", []))[: self.max_hypotheses]
