@@ -92,6 +92,8 @@ def test_investigate_on_tiny_real_models(models: dict[str, str], tmp_path: Path,
     # Hypotheses were measured; a measurement that did not run was stopped by the image budget, not by a model.
     measured = [e for e in results if e.name == "measure_rate"]
     assert measured and all(e.ok or e.error.startswith("image budget exhausted") for e in measured)
+    assert any(e.ok for e in measured), "no hypothesis was measured on the real backends"
+    assert out["baseline"] == {"k": k, "n": n}
     assert not any(e.kind == "error" for e in events)
     refs = {r for e in results for r in e.artifacts}
     assert refs and all((transcript.parent / "artifacts" / r[:2] / f"{r}.png").is_file() for r in refs)
