@@ -8,7 +8,7 @@ futility, so weak hypotheses cost little) -> refine the supported ones to the sh
 
 from __future__ import annotations
 
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from typing import Any
 
 from agent.events import Event, ToolCall
@@ -47,6 +47,20 @@ def _top_confusion(r: dict[str, Any]) -> str | None:
     return conf[0]["label"] if conf else None
 
 
+def _spread(results: list[dict[str, Any]], kind: Callable[[dict[str, Any]], str]) -> list[dict[str, Any]]:
+    """Round robin over kinds of hypothesis, strongest kind first, each kind in order of its surest effect."""
+    by_kind: dict[str, list[dict[str, Any]]] = {}
+    for r in sorted(results, key=lambda r: -_float(r["rate_ratio"]["low"])):
+        by_kind.setdefault(kind(r), []).append(r)
+    queues = list(by_kind.values())
+    out: list[dict[str, Any]] = []
+    while any(queues):
+        for q in queues:
+            if q:
+                out.append(q.pop(0))
+    return out
+
+
 def _same(r: dict[str, Any]) -> Generator[Turn, Results, dict]:
     """A caption with one attribute sentence is already as short as it gets."""
     return r
@@ -67,7 +81,7 @@ class ProtocolPlanner:
     explore_types = ("background", "domain", "object", "adjective")
 
     def __init__(self, label: str, class_prompt: str, *, baseline_n: int = 1000, max_hypotheses: int = 6,
-                 max_refine: int = 6, max_n: int = 800, explore_n: int = 12, explore_max_n: int = 400,
+                 max_refine: int = 8, max_n: int = 800, explore_n: int = 12, explore_max_n: int = 400,
                  explore_first_n: int = 50, explore: bool = True, refine: bool = True,
                  counterfactual: bool = True, name: str = "protocol") -> None:
         self.name = name
@@ -147,7 +161,8 @@ class ProtocolPlanner:
         caps = results[0] if s["failures"]["k"] > 0 else {}
         pert = results[-1] if self.explore else {}
         hyps = self._unique(caps.get("hypotheses", []))[: self.max_hypotheses]
-        explore = [e["caption"] for e in pert.get("edits", [])]
+        kinds = {e["caption"]: e["type"] for e in pert.get("edits", [])}
+        explore = list(kinds)
         seen = {" ".join(h["caption"].lower().split()) for h in hyps}
         explore = [c for c in explore if " ".join(c.lower().split()) not in seen]
         if not hyps and not explore:
@@ -169,8 +184,8 @@ class ProtocolPlanner:
         for c, target, r in zip([h["caption"] for h in hyps] + explore, targets, measured):
             if "error" not in r:
                 tested[c] = {**r, "_target": target or _top_confusion(r)}
-        supported = sorted((r for r in tested.values() if r["verdict"] == "supported"),
-                           key=lambda r: -_float(r["rate_ratio"]["low"]))
+        supported = _spread([r for r in tested.values() if r["verdict"] == "supported"],
+                            lambda r: kinds.get(r["caption"], "caption"))
         summary = "; ".join(f"{c!r}: {_ratio(r['rate_ratio'])}, adjusted p={r['adjusted_p']:.2g}"
                             for c, r in tested.items() if r["verdict"] == "supported")
         if not supported:
@@ -182,7 +197,9 @@ class ProtocolPlanner:
         done: set[str] = set()
         attempts = 0
         yield self._turn(f"{len(supported)} of {len(tested)} hypotheses are supported after correction: {summary}. "
-                         f"I refine and confirm the strongest (at most {self.max_refine}).")
+                         f"I refine and confirm at most {self.max_refine}, taking the strongest of each kind "
+                         "(caption cluster, background, domain, object, colour) in turn, so that one kind of shift "
+                         "does not crowd out the others.")
         for r in supported:
             if attempts == self.max_refine:
                 break
