@@ -29,3 +29,15 @@ def test_every_command_has_help(command, capsys):
         parser.parse_args([command, "--help"])
     assert e.value.code == 0
     assert command in capsys.readouterr().out
+
+
+def test_readme_opens_with_the_two_commands_and_ci_runs_the_test_one():
+    readme = (ROOT / "README.md").read_text()
+    first_block = readme.split("```")[1]
+    commands = [line.split("#")[0].strip() for line in first_block.splitlines()[1:] if line.strip()]
+    assert commands == ["make demo", "make test"]
+    ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()
+          if line.strip() and not line.lstrip().startswith("#")]
+    assert ci[-1] == "make test"
+    makefile = (ROOT / "Makefile").read_text()
+    assert "sleuth investigate --class cat" in makefile.split("\ndemo:")[1].split("\n\n")[0]
