@@ -20,17 +20,25 @@ from pydantic import BaseModel, Field, ValidationError
 
 from agent.events import ErrorEvent, Event, Finding, RunStarted, ToolCalled, ToolReturned, json_safe
 from agent.session import Session, registry
-from agent.transcript import TranscriptError, read_transcript, verify_transcript
+from agent.transcript import TranscriptError, artifacts_dir, read_transcript, verify_transcript
+from agent.verify import (
+    ACCEPTED,
+    MAX_REPORTED,
+    ORDER,
+    Difference,
+    Found,
+    ImageStores,
+    Kind,
+    compare_outcomes,
+    diff_values,
+    inconsistencies,
+    short,
+    worst,
+)
+from tools.artifacts import ArtifactStore
 from tools.backends.base import Backends
 from tools.backends.specs import BackendSpecs
 from tools.registry import Registry, ToolError
-
-REL_TOL = 1e-6
-"""Floats may differ this much (relatively) between a recording and a re-run: BLAS kernels and thread counts change
-the last bits of a logit, never a count or a label."""
-ABS_TOL = 1e-12
-MAX_PATHS = 5
-"""Differences reported per call; the first few say what changed."""
 
 Progress = Callable[[str, int, int], None]
 
@@ -41,19 +49,6 @@ class RebuildError(Exception):
     def __init__(self, message: str, line: int | None = None) -> None:
         super().__init__(f"line {line}: {message}" if line is not None else message)
         self.line = line
-
-
-class Mismatch(BaseModel):
-    line: int = Field(description="1-based transcript line of the recorded outcome.")
-    tool: str
-    call_id: str
-    path: str = Field(description="Where the results differ, e.g. result.hypothesis.failures.k.")
-    recorded: Any = None
-    replayed: Any = None
-
-    def describe(self) -> str:
-        return (f"line {self.line}: {self.tool} ({self.call_id}): {self.path}: recorded {_short(self.recorded)}, "
-                f"re-run gives {_short(self.replayed)}")
 
 
 class Skipped(BaseModel):
@@ -167,63 +162,48 @@ def execute(reg: Registry, ctx: Any, name: str, arguments: dict[str, Any] | str,
         ctx.emit = previous
 
 
-def _short(value: Any, limit: int = 80) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+def _conclusions(reg: Registry, name: str) -> Any:
+    """The tool's check of its conclusions on recorded and re-run results (validated into its ``Result``)."""
+    tool = reg.get(name)
+    if tool.conclusions is None:
+        return None
+
+    def check(recorded: dict[str, Any], replayed: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+        try:
+            a, b = tool.result_model.model_validate(recorded), tool.result_model.model_validate(replayed)
+        except ValidationError as e:
+            return [("result", "<not a valid result>", e.errors()[0]["msg"])]
+        return tool.conclusions(a, b)  # type: ignore[misc]
+
+    return check
 
 
-def diff_values(recorded: Any, replayed: Any, path: str, out: list[tuple[str, Any, Any]]) -> None:
-    """Append (path, recorded, replayed) for every difference; floats compare within ``REL_TOL``."""
-    if len(out) >= MAX_PATHS:
-        return
-    if isinstance(recorded, bool) or isinstance(replayed, bool):
-        if recorded is not replayed:
-            out.append((path, recorded, replayed))
-    elif isinstance(recorded, (int, float)) and isinstance(replayed, (int, float)):
-        if isinstance(recorded, int) and isinstance(replayed, int):
-            if recorded != replayed:
-                out.append((path, recorded, replayed))
-        elif not math.isclose(recorded, replayed, rel_tol=REL_TOL, abs_tol=ABS_TOL):
-            out.append((path, recorded, replayed))
-    elif isinstance(recorded, dict) and isinstance(replayed, dict):
-        for k in list(recorded) + [k for k in replayed if k not in recorded]:
-            if k not in recorded or k not in replayed:
-                out.append((f"{path}.{k}", recorded.get(k, "<absent>"), replayed.get(k, "<absent>")))
-            else:
-                diff_values(recorded[k], replayed[k], f"{path}.{k}", out)
-            if len(out) >= MAX_PATHS:
-                return
-    elif isinstance(recorded, list) and isinstance(replayed, list):
-        if len(recorded) != len(replayed):
-            out.append((f"{path}.length", len(recorded), len(replayed)))
-            return
-        for i, (a, b) in enumerate(zip(recorded, replayed, strict=True)):
-            diff_values(a, b, f"{path}[{i}]", out)
-    elif recorded != replayed:
-        out.append((path, recorded, replayed))
-
-
-def compare(call: RecordedCall, outcome: Outcome) -> list[Mismatch]:
-    """How a re-run differs from the recording of the same call (empty when it reproduces)."""
-    found: list[tuple[str, Any, Any]] = []
+def compare(call: RecordedCall, outcome: Outcome, reg: Registry, images: ImageStores | None = None
+            ) -> list[Difference]:
+    """How a re-run differs from the recording of the same call, each difference classed (empty: identical)."""
+    images = images or ImageStores()
+    found: Found = []
     if call.bug is not None:
-        diff_values(call.bug.message, outcome.bug or "<no error>", "error", found)
+        if outcome.bug != call.bug.message:
+            found.append(("different", "error", call.bug.message, outcome.bug or "<no error>",
+                          "the recorded bug did not happen again" if outcome.bug is None else ""))
     elif call.returned is not None:
         if outcome.bug is not None:
-            found.append(("error", "<no error>", outcome.bug))
-        elif call.returned.ok != outcome.ok:
-            found.append(("ok", call.returned.ok, outcome.ok))
-        elif outcome.ok:
-            diff_values(call.returned.result or {}, outcome.result or {}, "result", found)
+            found.append(("different", "error", "<no error>", outcome.bug, "the call now raises a bug"))
         else:
-            diff_values(call.returned.error, outcome.error, "error", found)
+            conclusions = _conclusions(reg, call.name) if call.name in reg else None
+            found += compare_outcomes(call.returned.ok, call.returned.result if call.returned.ok else
+                                      call.returned.error, outcome.ok,
+                                      outcome.result if outcome.ok else outcome.error, conclusions, images)
     recorded = [{"finding_id": f.finding_id, "finding": f.finding} for f in call.findings]
-    if call.complete or len(outcome.findings) < len(recorded):
-        diff_values(recorded, outcome.findings, "findings", found)
-    else:  # a call cut short may have written only some of its findings
-        diff_values(recorded, outcome.findings[: len(recorded)], "findings", found)
-    return [Mismatch(line=call.line, tool=call.name, call_id=call.call_id, path=p, recorded=a, replayed=b)
-            for p, a, b in found]
+    replayed = outcome.findings if call.complete else outcome.findings[: len(recorded)]
+    if len(recorded) != len(replayed):  # a call cut short may have written only some of its findings
+        found.append(("different", "findings.length", len(recorded), len(replayed), "findings recorded by the call"))
+    else:
+        diff_values(recorded, replayed, "findings", images, found)
+    found.sort(key=lambda f: -ORDER[f[0]])
+    return [Difference(line=call.line, tool=call.name, call_id=call.call_id, kind=k, path=p, recorded=a,
+                       replayed=b, note=n) for k, p, a, b, n in found]
 
 
 # -- sessions from recordings ----------------------------------------------------------------------------------
@@ -280,20 +260,34 @@ class Rebuilt:
 
     calls: int = 0
     skipped: list[Skipped] = field(default_factory=list)
-    mismatches: list[Mismatch] = field(default_factory=list)
+    differences: list[Difference] = field(default_factory=list)
+    by_call: dict[str, int] = field(default_factory=lambda: {k: 0 for k in ORDER if k != "tampered"})
+    """Calls re-run, by the class of their worst difference."""
+    tampered: list[str] = field(default_factory=list)
+    """Recorded results whose numbers contradict each other ('line N: ...')."""
     pending: list[RecordedCall] = field(default_factory=list)
     """Calls started but not finished (the run was killed during them)."""
 
 
-def rerun_calls(events: Sequence[Event], session: Session, *, strict: bool,
-                progress: Progress | None = None) -> Rebuilt:
+def _alias_images(session: Session, images: ImageStores) -> None:
+    """Recorded refs of images that re-rendered with other bytes point at the re-run images, so later recorded
+    calls that name them (edits of an earlier image) find them."""
+    gens = session.investigation.generations
+    for recorded, replayed in images.aliases.items():
+        if recorded not in gens and replayed in gens:
+            gens[recorded] = gens[replayed]
+
+
+def rerun_calls(events: Sequence[Event], session: Session, *, strict: bool, progress: Progress | None = None,
+                images: ImageStores | None = None) -> Rebuilt:
     """Run every complete recorded call again on ``session``, in order, comparing outcomes.
 
-    ``strict``: the first mismatch raises ``RebuildError`` (resume and fork cannot continue from a state that does
-    not reproduce); otherwise mismatches are collected (verify).
+    ``strict``: a difference beyond *equivalent* raises ``RebuildError`` (resume and fork cannot continue from a
+    state that does not reproduce the recorded counts); otherwise differences are collected (verify).
     """
     out = Rebuilt()
     reg = registry()
+    images = images or ImageStores(replayed=session.artifacts)
     calls = recorded_calls(events)
     for i, call in enumerate(calls):
         if progress is not None:
@@ -301,6 +295,9 @@ def rerun_calls(events: Sequence[Event], session: Session, *, strict: bool,
         if not call.complete:
             out.pending.append(call)
             continue
+        if call.returned is not None and call.returned.ok:
+            out.tampered += [f"line {call.line}: {call.name} ({call.call_id}): {x}"
+                             for x in inconsistencies(call.returned.result)]
         reason = skip_reason(call)
         if reason is not None:
             out.skipped.append(Skipped(line=call.line, tool=call.name, call_id=call.call_id, reason=reason))
@@ -308,13 +305,16 @@ def rerun_calls(events: Sequence[Event], session: Session, *, strict: bool,
         assert call.called is not None
         outcome = execute(reg, session.ctx, call.name, call.called.arguments, expect_bug=call.bug is not None)
         out.calls += 1
-        found = compare(call, outcome)
-        if found and strict:
-            raise RebuildError(f"{found[0].tool} no longer reproduces its recorded result "
-                               f"({found[0].path}: recorded {_short(found[0].recorded)}, now "
-                               f"{_short(found[0].replayed)}); the tools or backends changed since the run",
-                               line=found[0].line)
-        out.mismatches += found
+        found = compare(call, outcome, reg, images)
+        _alias_images(session, images)
+        kind = worst(d.kind for d in found)
+        if strict and ORDER[kind] > ORDER["equivalent"]:
+            first = found[0]
+            raise RebuildError(f"{first.tool} no longer reproduces its recorded result ({first.kind}: {first.path}: "
+                               f"recorded {short(first.recorded)}, now {short(first.replayed)}); the tools or "
+                               "backends changed since the run, or this machine computes differently", line=first.line)
+        out.by_call[kind] += 1
+        out.differences += found[:MAX_REPORTED]
     if progress is not None:
         progress("re-running tool calls", len(calls), len(calls))
     return out
@@ -322,19 +322,34 @@ def rerun_calls(events: Sequence[Event], session: Session, *, strict: bool,
 
 class VerifyResult(BaseModel):
     transcript: str
-    ok: bool
+    status: Kind = Field(description="identical, equivalent, drifted (every conclusion held), different (a "
+                                     "conclusion changed) or tampered (hash chain broken, or recorded numbers that "
+                                     "contradict each other).")
+    ok: bool = Field(description="True for identical, equivalent and drifted (with --strict: identical only).")
     events: int
     calls: int = Field(0, description="Tool calls run again and compared.")
+    by_call: dict[str, int] = Field(default_factory=dict, description="Calls by the class of their worst difference.")
     skipped: list[Skipped] = Field(default_factory=list)
-    mismatches: list[Mismatch] = Field(default_factory=list)
+    differences: list[Difference] = Field(default_factory=list)
+    tampered: list[str] = Field(default_factory=list, description="Recorded numbers that contradict each other.")
     chain_error: str | None = Field(None, description="First break of the hash chain, 'line N: reason'.")
     chain_line: int | None = None
     unfinished: int = Field(0, description="Calls with no recorded outcome (the run was cut during them).")
     seconds: float = 0.0
 
+    def summary(self) -> str:
+        """One line: how the calls compared and what that means."""
+        parts = [f"{n} {k}" for k, n in self.by_call.items() if n]
+        held = {"identical": "bit for bit", "equivalent": "within tolerance",
+                "drifted": "counts drifted, every conclusion held", "different": "a CONCLUSION CHANGED",
+                "tampered": "TAMPERED"}[self.status]
+        return f"{self.calls} tool calls re-run: {', '.join(parts) or 'none'} — {self.status} ({held})"
 
-def verify_run(path: Path, *, backends: Backends | None = None, progress: Progress | None = None) -> VerifyResult:
-    """Check the hash chain, then run every recorded tool call again with its recorded seeds and compare."""
+
+def verify_run(path: Path, *, backends: Backends | None = None, progress: Progress | None = None,
+               strict: bool = False) -> VerifyResult:
+    """Check the hash chain, then run every recorded tool call again with its recorded seeds and compare its result
+    with the recording under the tolerance policy of ``agent.verify``."""
     t0 = time.perf_counter()
     chain = verify_transcript(path)
     chain_error = None if chain.ok else f"line {chain.first_bad_line}: {chain.reason}"
@@ -343,16 +358,22 @@ def verify_run(path: Path, *, backends: Backends | None = None, progress: Progre
         # caught by the results.
         events = read_transcript(path, verify=False)
     except TranscriptError as e:
-        return VerifyResult(transcript=str(path), ok=False, events=chain.n_events, chain_error=chain_error or str(e),
-                            chain_line=chain.first_bad_line or e.line, seconds=time.perf_counter() - t0)
+        return VerifyResult(transcript=str(path), status="tampered", ok=False, events=chain.n_events,
+                            chain_error=chain_error or str(e), chain_line=chain.first_bad_line or e.line,
+                            seconds=time.perf_counter() - t0)
     if not events or not isinstance(events[0], RunStarted):
         raise RebuildError("the transcript does not begin with run_started", line=1)
+    kept = artifacts_dir(path)
     with tempfile.TemporaryDirectory(prefix="sleuth-verify-") as tmp:
         # Artifacts made by the re-run go to a scratch store: verifying never touches the recorded run.
         session = session_for(events[0], Path(tmp), backends=backends, progress=progress)
-        rebuilt = rerun_calls(events, session, strict=False, progress=progress)
-    ok = chain.ok and not rebuilt.mismatches
-    return VerifyResult(transcript=str(path), ok=ok, events=len(events), calls=rebuilt.calls,
-                        skipped=rebuilt.skipped, mismatches=rebuilt.mismatches, chain_error=chain_error,
-                        chain_line=chain.first_bad_line, unfinished=len(rebuilt.pending),
-                        seconds=time.perf_counter() - t0)
+        images = ImageStores(recorded=ArtifactStore(kept) if kept.is_dir() else None, replayed=session.artifacts)
+        rebuilt = rerun_calls(events, session, strict=False, progress=progress, images=images)
+    status: Kind = worst(k for k, n in rebuilt.by_call.items() if n)
+    if not chain.ok or rebuilt.tampered:
+        status = "tampered"
+    ok = status == "identical" if strict else status in ACCEPTED
+    return VerifyResult(transcript=str(path), status=status, ok=ok, events=len(events), calls=rebuilt.calls,
+                        by_call=rebuilt.by_call, skipped=rebuilt.skipped, differences=rebuilt.differences,
+                        tampered=rebuilt.tampered, chain_error=chain_error, chain_line=chain.first_bad_line,
+                        unfinished=len(rebuilt.pending), seconds=time.perf_counter() - t0)

@@ -108,7 +108,7 @@ def run(args: Args, ctx: object) -> Result:
                 predicted_label=label,
                 n_images=len(local),
                 sentences=sentences,
-                mean_loglik=[round(float(scores[i]), 4) for i in chosen],
+                mean_loglik=[float(scores[i]) for i in chosen],
                 images=[r for r in refs if r][:6],
             ))
     hypotheses.sort(key=lambda h: -h.n_images)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel, Field
 
 NAME = "finish"
@@ -14,6 +16,12 @@ class Args(BaseModel):
 class Result(BaseModel):
     summary: str
     n_findings: int
+
+
+def conclusions(recorded: Result, replayed: Result) -> list[tuple[str, Any, Any]]:
+    """What a re-run must reproduce: the number of findings the run ended with."""
+    return [] if recorded.n_findings == replayed.n_findings else [("n_findings", recorded.n_findings,
+                                                                    replayed.n_findings)]
 
 
 def run(args: Args, ctx: object) -> Result:

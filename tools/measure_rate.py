@@ -11,7 +11,7 @@ exact McNemar test: evidence that the captioned attribute itself causes the fail
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -116,6 +116,11 @@ def _sequential(inv: Investigation, args: Args, purpose: Purpose) -> Result:
         adjust_method=inv.adjust_method, looks=looks, stopped=stopped,
         measurement_id=m.id, verdict=verdict, notes=notes,
     )
+
+
+def conclusions(recorded: Result, replayed: Result) -> list[tuple[str, Any, Any]]:
+    """What a re-run must reproduce: the verdict (significance after correction, or ruled out)."""
+    return [] if recorded.verdict == replayed.verdict else [("verdict", recorded.verdict, replayed.verdict)]
 
 
 def _verdict(adjusted_p: float, alpha: float, action: str, ratio: stats.RatioCI) -> Verdict:

@@ -7,6 +7,8 @@ caption, on seeds disjoint from discovery, must be significant after adjustment 
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel, Field
 
 from tools import stats
@@ -49,6 +51,17 @@ def evidence(t: Test) -> Evidence:
     return Evidence(test_id=t.id, hypothesis=stats.binomial_rate(t.k1, t.n1), baseline=stats.binomial_rate(t.k0, t.n0),
                     rate_ratio=stats.rate_ratio(t.k1, t.n1, t.k0, t.n0), p_value=t.p_value, adjusted_p=t.adjusted_p,
                     kind=t.kind)
+
+
+def conclusions(recorded: Result, replayed: Result) -> list[tuple[str, Any, Any]]:
+    """What a re-run must reproduce: the finding is confirmed, and its rate ratio lies in the re-run's interval."""
+    out: list[tuple[str, Any, Any]] = []
+    if recorded.confirmed != replayed.confirmed:
+        out.append(("confirmed", recorded.confirmed, replayed.confirmed))
+    r, again = recorded.confirmation.rate_ratio, replayed.confirmation.rate_ratio
+    if not again.low <= r.ratio <= again.high:
+        out.append(("confirmation.rate_ratio", str(r), str(again)))
+    return out
 
 
 def run(args: Args, ctx: object) -> Result:

@@ -30,6 +30,9 @@ class Tool:
     args_model: type[BaseModel]
     result_model: type[BaseModel]
     run: Callable[[Any, Any], BaseModel]
+    conclusions: Callable[[Any, Any], list[tuple[str, Any, Any]]] | None = None
+    """``conclusions(recorded, replayed)``: the conclusions a re-run no longer reproduces, as (name, recorded,
+    re-run); verification calls a difference in them *different*, any other difference at most *drifted*."""
 
 
 def _is_model(obj: object) -> bool:
@@ -54,7 +57,7 @@ def tool_from_module(module: ModuleType) -> Tool:
         raise TypeError(f"tool module {where} lacks: {'; '.join(missing)}")
     first = inspect.cleandoc(module.__doc__ or "").split("\n\n")[0]
     return Tool(name=module.NAME, description=" ".join(first.split()), args_model=module.Args,
-                result_model=module.Result, run=module.run)
+                result_model=module.Result, run=module.run, conclusions=getattr(module, "conclusions", None))
 
 
 # -- schemas ---------------------------------------------------------------------------------------------

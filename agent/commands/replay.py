@@ -2,9 +2,10 @@
 
 - render: the hash chain is checked, then every event is shown as the live terminal showed it, with its line number
   (``--step`` waits for Enter before each planner turn);
-- ``--verify``: re-runs every recorded tool call with its recorded seeds on the recorded backends and reports each
-  result that differs, and any break of the hash chain, by line number. T may be a folder: every transcript under
-  it is verified;
+- ``--verify``: re-runs every recorded tool call with its recorded seeds on the recorded backends and classes each
+  difference by the tolerance policy of ``agent.verify`` (identical, equivalent, drifted, different), and reports
+  any break of the hash chain, by line number. Exit 0 when every recorded conclusion holds; ``--strict`` demands
+  identical bytes. T may be a folder: every transcript under it is verified;
 - ``--fork N --planner P``: copies lines 1..N (cut back to the start of a planner turn) into a new transcript and
   continues from there with planner P. ``--planner replay`` plays the recorded turns instead: a recorded session,
   LLM sessions included, runs again without a model or an API key.
@@ -35,6 +36,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--step", action="store_true", help="Wait for Enter before each planner turn.")
     p.add_argument("--verify", action="store_true",
                    help="Re-run every tool call with its recorded seeds and report results that differ.")
+    p.add_argument("--strict", action="store_true",
+                   help="With --verify: demand identical results, byte for byte (default: images within 2 grey "
+                        "levels, floats within 1e-4, and drifted counts pass when every conclusion holds).")
     p.add_argument("--json", action="store_true", help="With --verify: print the reports as JSON.")
     p.add_argument("--fork", type=int, metavar="N",
                    help="Keep lines 1..N (cut back to a planner turn) and continue with --planner in a new transcript.")
@@ -76,6 +80,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--width must be at least 20, got {args.width}")
     if args.verify and args.fork is not None:
         raise UsageError("--verify and --fork are separate actions; run them one after the other")
+    if args.strict and not args.verify:
+        raise UsageError("--strict goes with --verify")
     if args.verify:
         return _verify(args)
     if args.fork is not None:
@@ -152,10 +158,10 @@ def _verify(args: argparse.Namespace) -> int:
                     if key not in built:  # transcripts of one audit share their backends
                         built[key] = backends_from_config(first[0].config, progress=bars.update)
                     backends = built[key]
-                report = verify_run(path, backends=backends, progress=bars.update)
+                report = verify_run(path, backends=backends, progress=bars.update, strict=args.strict)
             except (RebuildError, TranscriptError) as e:
                 failed += 1
-                reports.append({"transcript": str(path), "ok": False, "error": str(e)})
+                reports.append({"transcript": str(path), "status": "different", "ok": False, "error": str(e)})
                 if not args.json:
                     bars.print(f"[red]{path}: cannot verify: {e}[/red]")
                 continue
@@ -171,23 +177,47 @@ def _verify(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+STYLE = {"identical": "green", "equivalent": "green", "drifted": "yellow", "different": "red", "tampered": "red"}
+
+
+def _difference_lines(differences: list[Any]) -> list[tuple[str, str]]:
+    """Drifted and different results one per line; a call's equivalent ones (re-rendered images, floats in their
+    last digits) summed up in one line."""
+    out: list[tuple[str, str]] = []
+    equivalent: dict[tuple[int, str, str], list[Any]] = {}
+    for d in differences:
+        if d.kind == "equivalent":
+            equivalent.setdefault((d.line, d.tool, d.call_id), []).append(d)
+        else:
+            out.append((d.kind, d.describe()))
+    for (line, tool, call_id), ds in equivalent.items():
+        images = [d for d in ds if d.note.startswith("image")]
+        numbers = len(ds) - len(images)
+        parts = [f"{len(images)} image{'s' * (len(images) != 1)} within 2 grey levels"] if images else []
+        parts += [f"{numbers} number{'s' * (numbers != 1)} within 1e-4"] if numbers else []
+        out.append(("equivalent", f"line {line}: {tool} ({call_id}): equivalent: {', '.join(parts)}"))
+    return out
+
+
 def _print_report(bars: Any, report: Any) -> None:
     from rich.markup import escape
 
     head = escape(report.transcript)
     if report.chain_error:
         bars.print(f"[red]{head}: {escape(report.chain_error)}[/red]")
-    for m in report.mismatches:
-        bars.print(f"[red]{head}: {escape(m.describe())}[/red]")
+    for t in report.tampered:
+        bars.print(f"[red]{head}: {escape(t)}: recorded numbers contradict each other[/red]")
+    for line in _difference_lines(report.differences):
+        style = STYLE[line[0]]
+        bars.print(f"[{style}]{head}: {escape(line[1])}[/{style}]")
     for s in report.skipped:
         bars.print(f"[yellow]{head}: line {s.line}: {s.tool} not re-run: {escape(s.reason)}[/yellow]")
     if report.unfinished:
         bars.print(f"[yellow]{head}: {report.unfinished} call(s) have no recorded result (the run was cut)[/yellow]")
     chain = "hash chain intact" if not report.chain_error else "hash chain BROKEN"
-    n = len(report.mismatches)
     style = "green" if report.ok else "red"
-    bars.print(f"[{style}]{head}: {report.events} events, {chain}; {report.calls} tool calls re-run in "
-               f"{report.seconds:.1f} s: {n} mismatch{'es' * (n != 1)}[/{style}]")
+    bars.print(f"[{style}]{head}: {report.events} events, {chain}; {escape(report.summary())}; "
+               f"{report.seconds:.1f} s[/{style}]")
 
 
 # -- fork -----------------------------------------------------------------------------------------------------

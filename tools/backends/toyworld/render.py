@@ -1,7 +1,9 @@
-"""The renderer: scenes -> uint8 images, bit-identical for the same scene.
+"""The renderer: scenes -> uint8 images, bit-identical for the same scene on every x86-64 CPU.
 
 Texture banks, silhouette masks and noise fields are built once per renderer; an image is then a background crop,
-a few pasted alpha layers, and lighting and domain styles applied to the whole batch with numpy.
+a few pasted alpha layers, and lighting and domain styles applied to the whole batch with numpy. Drawing uses
+only IEEE-754 basic operations, whose results do not depend on the CPU or the SIMD width (no BLAS, whose kernels
+differ between CPUs, and no transcendental functions; see ``textures`` for the banks).
 """
 
 from __future__ import annotations
@@ -32,6 +34,11 @@ def _idx(u: float, n: int) -> int:
     return min(int(u * n), n - 1)
 
 
+def _dist(dy: np.ndarray, dx: np.ndarray) -> np.ndarray:
+    """Euclidean length with basic operations only (np.hypot calls the C library, which differs between CPUs)."""
+    return np.sqrt(dy * dy + dx * dx)
+
+
 def _paste(img: np.ndarray, alpha: np.ndarray, colour: np.ndarray, top: int, left: int) -> None:
     """Alpha-blend ``colour`` (rgb, or an image the size of ``alpha``) into ``img`` at (top, left), clipped."""
     s = img.shape[0]
@@ -57,7 +64,7 @@ class Renderer:
         rng = np.random.default_rng([world.seed, s, 1])
         self.backgrounds = {b.name: np.stack([textures.background(b.name, rng, t) for _ in range(N_TEXTURES)])
                             for b in world.vocabulary.background}
-        self.noise = rng.standard_normal((N_NOISE, t, t, 3)).astype(np.float32)
+        self.noise = textures.exact(rng.standard_normal((N_NOISE, t, t, 3)))
         self.shade = np.stack([textures.value_noise(rng, t, 6) for _ in range(N_TEXTURES)])
         self.brush = np.stack([textures.value_noise(rng, t, 10)[..., None] * np.asarray([1.0, -0.6, 0.4], np.float32)
                                for _ in range(N_TEXTURES)])
@@ -149,10 +156,10 @@ class Renderer:
             yy, xx = self._grid
             r = s * 0.09
             bx = s * (0.12 if sc.co_x >= 0.5 else 0.88)
-            d = np.hypot(yy - (s - r - 1), xx - bx)
+            d = _dist(yy - (s - r - 1), xx - bx)
             a = np.clip(r + 0.5 - d, 0, 1)
             _paste(img, a, co, 0, 0)
-            _paste(img, np.clip(r * 0.35 - np.hypot(yy - (s - 1.4 * r), xx - bx + r * 0.3), 0, 1) * 0.8,
+            _paste(img, np.clip(r * 0.35 - _dist(yy - (s - 1.4 * r), xx - bx + r * 0.3), 0, 1) * 0.8,
                    np.ones(3, np.float32), 0, 0)
         if sc.label in self.patterns:
             self._draw_pattern(img, sc, colour, detail, shade)
@@ -210,7 +217,8 @@ class Renderer:
 
     def _style(self, x: np.ndarray, domain: str, scenes: list[Scene]) -> np.ndarray:
         if domain == "sketch":
-            lum = x @ np.asarray([0.3, 0.59, 0.11], np.float32)
+            # Written out, not x @ weights: BLAS kernels sum in a CPU-dependent order.
+            lum = x[..., 0] * np.float32(0.3) + x[..., 1] * np.float32(0.59) + x[..., 2] * np.float32(0.11)
             gx = np.zeros_like(lum)
             gy = np.zeros_like(lum)
             gx[:, :, 1:-1] = lum[:, :, 2:] - lum[:, :, :-2]
