@@ -1,3 +1,1 @@
-"""sleuth agent: planner loop, planners, transcripts and the command line."""
-
-__version__ = "0.1.0"
+"""sleuth's agent side: planner loop, planners, transcripts, chat, audits, reports and the command line."""

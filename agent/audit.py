@@ -21,16 +21,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent.audit_budget import BudgetedPlanner, Clock
-from agent.audit_config import AuditConfig, planner_namespace
-from agent.audit_crash import from_env
-from agent.audit_summary import audit_summary, class_summary, skipped_summary
-from agent.events import Event, RunStarted, parse_event
-from agent.rebuild import RebuildError, session_for
-from agent.resume import continue_run
-from agent.session import Session
-from agent.transcript import TranscriptWriter, read_transcript
-from tools.backends.base import Backends
+from sleuth.agent.audit_budget import BudgetedPlanner, Clock
+from sleuth.agent.audit_config import AuditConfig, planner_namespace
+from sleuth.agent.audit_crash import from_env
+from sleuth.agent.audit_summary import audit_summary, class_summary, skipped_summary
+from sleuth.agent.events import Event, RunStarted, parse_event
+from sleuth.agent.rebuild import RebuildError, session_for
+from sleuth.agent.resume import continue_run
+from sleuth.agent.session import Session
+from sleuth.agent.transcript import TranscriptWriter, read_transcript
+from sleuth.tools.backends.base import Backends
 
 STATE_VERSION = 1
 Progress = Callable[[str, int, int], None]
@@ -61,7 +61,7 @@ def resolve_classes(config: AuditConfig, backends: Backends) -> list[str]:
         return list(labels.labels)
     unknown = [c for c in config.classes if c not in labels.labels]
     if unknown:
-        from agent.cli import UsageError
+        from sleuth.agent.cli import UsageError
 
         raise UsageError("classes: " + " ".join(labels.unknown_message(c) for c in unknown))
     return list(config.classes)
@@ -169,7 +169,7 @@ class Audit:
                        criterion=c.criterion, alpha=c.alpha, progress=self.progress, command="audit")
 
     def _planner(self, session: Session, key: str, spent: list[dict[str, Any]]) -> BudgetedPlanner:
-        from agent.planner_args import build_planner
+        from sleuth.agent.planner_args import build_planner
 
         ns = planner_namespace(self.config)
         ns.budget = session.investigation.budget.images

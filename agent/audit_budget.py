@@ -16,9 +16,9 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from agent.events import Event, PlannerTurn, ToolCall
-from agent.loop import Planner, Turn
-from agent.planners.replay import BUDGET_MODEL
+from sleuth.agent.events import Event, PlannerTurn, ToolCall
+from sleuth.agent.loop import Planner, Turn
+from sleuth.agent.planners.replay import BUDGET_MODEL
 
 
 def cost_of(events: Sequence[Event]) -> float:

@@ -30,9 +30,9 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from agent.cli import UsageError
-from tools.backends.base import BackendError
-from tools.backends.specs import BackendSpecs
+from sleuth.agent.cli import UsageError
+from sleuth.tools.backends.base import BackendError
+from sleuth.tools.backends.specs import BackendSpecs
 
 MAX_IMAGES = 1_000_000
 
@@ -185,7 +185,7 @@ def _argv(parser: argparse.ArgumentParser, settings: dict[str, Any], section: st
 
 def planner_namespace(config: AuditConfig) -> argparse.Namespace:
     """The planner flags a config names (``name`` is ``--planner``), parsed as the command line would."""
-    from agent.planner_args import add_planner_arguments, check_planner_args
+    from sleuth.agent.planner_args import add_planner_arguments, check_planner_args
 
     p = _Parser("planner")
     add_planner_arguments(p)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agent.transcript import TranscriptWriter
+from sleuth.agent.transcript import TranscriptWriter
 
 ENV = "SLEUTH_CRASH_AT"
 MODES = ("after", "torn", "unsynced")

@@ -13,11 +13,11 @@ from typing import Any
 
 from rich.table import Table
 
-from agent.audit_budget import cost_of, stopped_by
-from agent.events import Event, RunFinished
-from agent.resume import Continued
-from tools import stats
-from tools.investigation import Investigation, normalise_caption
+from sleuth.agent.audit_budget import cost_of, stopped_by
+from sleuth.agent.events import Event, RunFinished
+from sleuth.agent.resume import Continued
+from sleuth.tools import stats
+from sleuth.tools.investigation import Investigation, normalise_caption
 
 
 def _num(x: Any) -> float | None:

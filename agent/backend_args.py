@@ -10,9 +10,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from agent.cli import UsageError
-from tools.backends.base import BackendError, Backends
-from tools.backends.specs import SLOTS, BackendSpecs
+from sleuth.agent.cli import UsageError
+from sleuth.tools.backends.base import BackendError, Backends
+from sleuth.tools.backends.specs import SLOTS, BackendSpecs
 
 Progress = Callable[[str, int, int], None]
 
@@ -83,7 +83,7 @@ def backend_config(args: argparse.Namespace) -> dict[str, Any]:
 
 def check_backend_args(args: argparse.Namespace) -> None:
     """Reject bad backend flags before any model is loaded."""
-    from tools.backends.toyworld.config import load_world
+    from sleuth.tools.backends.toyworld.config import load_world
 
     try:
         specs = backend_specs(args)

@@ -22,8 +22,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from agent import chat_commands as C
-from agent.events import (
+from sleuth.agent import chat_commands as C
+from sleuth.agent.events import (
     ErrorEvent,
     Event,
     Finding,
@@ -36,13 +36,13 @@ from agent.events import (
     ToolReturned,
     UserMessage,
 )
-from agent.loop import Planner, PlannerError, artifact_refs
-from agent.progress import ProgressBars
-from agent.render import render_event
-from agent.report_table import findings_table
-from agent.session import Session, registry
-from agent.transcript import TranscriptWriter
-from tools.registry import Registry, ToolError
+from sleuth.agent.loop import Planner, PlannerError, artifact_refs
+from sleuth.agent.progress import ProgressBars
+from sleuth.agent.render import render_event
+from sleuth.agent.report_table import findings_table
+from sleuth.agent.session import Session, registry
+from sleuth.agent.transcript import TranscriptWriter
+from sleuth.tools.registry import Registry, ToolError
 
 STOPPED = "stopped by the user (Ctrl-C)"
 PROMPT = "sleuth> "

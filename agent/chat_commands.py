@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent.events import Event, ToolCall, ToolReturned
+from sleuth.agent.events import Event, ToolCall, ToolReturned
 
 FLAGS = frozenset({"confirm", "counterfactual"})
 _OPTION = re.compile(r"^([a-z_]+)=(\S+)$")

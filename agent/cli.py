@@ -18,15 +18,15 @@ class UsageError(Exception):
 
 def _load(name: str):  # noqa: ANN202 - a module
     try:
-        return importlib.import_module(f"agent.commands.{name}")
+        return importlib.import_module(f"sleuth.agent.commands.{name}")
     except ModuleNotFoundError as e:
-        if e.name == f"agent.commands.{name}":
+        if e.name == f"sleuth.agent.commands.{name}":
             return None
         raise
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from agent import __version__
+    from sleuth import __version__
 
     parser = argparse.ArgumentParser(
         prog="sleuth", description="Audit an image classifier with generated images, captions and statistics."
@@ -44,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from tools.backends.base import BackendError
+    from sleuth.tools.backends.base import BackendError
 
     # litellm fetches a model cost map at import unless told not to; sleuth works offline.
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")

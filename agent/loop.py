@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, Field
 
-from agent.events import (
+from sleuth.agent.events import (
     ErrorEvent,
     Event,
     PlannerTurn,
@@ -30,10 +30,10 @@ from agent.events import (
     ToolReturned,
     Usage,
 )
-from agent.transcript import TranscriptWriter
-from tools.artifacts import ArtifactStore
-from tools.context import ToolContext
-from tools.registry import Registry, ToolError
+from sleuth.agent.transcript import TranscriptWriter
+from sleuth.tools.artifacts import ArtifactStore
+from sleuth.tools.context import ToolContext
+from sleuth.tools.registry import Registry, ToolError
 
 
 class PlannerError(Exception):

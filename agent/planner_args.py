@@ -11,12 +11,12 @@ import argparse
 import os
 from typing import TYPE_CHECKING, Any
 
-from agent.cli import UsageError
-from agent.loop import Planner
-from tools.backends.base import Backends
+from sleuth.agent.cli import UsageError
+from sleuth.agent.loop import Planner
+from sleuth.tools.backends.base import Backends
 
 if TYPE_CHECKING:
-    from agent.llm.client import LLMConfig
+    from sleuth.agent.llm.client import LLMConfig
 
 PLANNERS = ("protocol", "llm")
 
@@ -74,7 +74,7 @@ def check_planner_args(args: argparse.Namespace) -> None:
 
 def llm_config(args: argparse.Namespace) -> LLMConfig | None:
     """The LLM the flags name, or None when no ``--llm`` was given."""
-    from agent.llm.client import LLMConfig
+    from sleuth.agent.llm.client import LLMConfig
 
     if not getattr(args, "llm", None):
         return None
@@ -86,10 +86,10 @@ def build_llm_planner(args: argparse.Namespace, backends: Backends, label: str, 
                       mode: str = "investigate", client: Any = None) -> Any:
     """An ``LLMPlanner`` from the flags; with ``session`` (an ``agent.session.Session``) it is attached to it
     (see ``attach_session``)."""
-    from agent.llm import LLMClient
-    from agent.llm.context import ContextConfig
-    from agent.planners.llm import LLMPlanner
-    from agent.session import registry
+    from sleuth.agent.llm import LLMClient
+    from sleuth.agent.llm.context import ContextConfig
+    from sleuth.agent.planners.llm import LLMPlanner
+    from sleuth.agent.session import registry
 
     config = llm_config(args)
     if config is None:
@@ -109,8 +109,8 @@ def build_llm_planner(args: argparse.Namespace, backends: Backends, label: str, 
 def attach_session(planner: Planner, session: Any) -> None:
     """Connect an LLM planner to the session it plans for (a no-op for other planners): it reads thumbnails from
     the session's artifact store, and the session's tools get the same LLM as ``ctx.llm``."""
-    from agent.llm import tool_llm
-    from agent.planners.llm import LLMPlanner
+    from sleuth.agent.llm import tool_llm
+    from sleuth.agent.planners.llm import LLMPlanner
 
     if isinstance(planner, LLMPlanner):
         planner.artifacts = session.artifacts
@@ -121,6 +121,6 @@ def build_planner(args: argparse.Namespace, backends: Backends, label: str, *, s
     """The planner the flags choose. Pass ``session`` so an LLM planner can use the run's artifacts and tools."""
     if getattr(args, "llm", None):
         return build_llm_planner(args, backends, label, session=session)
-    from agent.planners.protocol import ProtocolPlanner
+    from sleuth.agent.planners.protocol import ProtocolPlanner
 
     return ProtocolPlanner(label, backends.prompt_for(label), baseline_n=args.baseline_n)

@@ -18,10 +18,10 @@ from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError
 
-from agent.events import ErrorEvent, Event, Finding, RunStarted, ToolCalled, ToolReturned, json_safe
-from agent.session import Session, registry
-from agent.transcript import TranscriptError, artifacts_dir, read_transcript, verify_transcript
-from agent.verify import (
+from sleuth.agent.events import ErrorEvent, Event, Finding, RunStarted, ToolCalled, ToolReturned, json_safe
+from sleuth.agent.session import Session, registry
+from sleuth.agent.transcript import TranscriptError, artifacts_dir, read_transcript, verify_transcript
+from sleuth.agent.verify import (
     ACCEPTED,
     MAX_REPORTED,
     ORDER,
@@ -35,10 +35,10 @@ from agent.verify import (
     short,
     worst,
 )
-from tools.artifacts import ArtifactStore
-from tools.backends.base import Backends
-from tools.backends.specs import BackendSpecs
-from tools.registry import Registry, ToolError
+from sleuth.tools.artifacts import ArtifactStore
+from sleuth.tools.backends.base import Backends
+from sleuth.tools.backends.specs import BackendSpecs
+from sleuth.tools.registry import Registry, ToolError
 
 Progress = Callable[[str, int, int], None]
 

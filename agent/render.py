@@ -16,7 +16,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from agent.events import (
+from sleuth.agent.events import (
     ErrorEvent,
     Event,
     Finding,

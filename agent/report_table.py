@@ -6,8 +6,8 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from tools import stats
-from tools.investigation import Investigation, normalise_caption
+from sleuth.tools import stats
+from sleuth.tools.investigation import Investigation, normalise_caption
 
 
 def _rate(k: int, n: int) -> str:

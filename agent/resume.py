@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent.events import (
+from sleuth.agent.events import (
     ErrorEvent,
     Event,
     Finding,
@@ -25,12 +25,12 @@ from agent.events import (
     ToolCalled,
     ToolReturned,
 )
-from agent.loop import Planner, RunResult, artifact_refs, run_loop
-from agent.planners.replay import Divergence, fast_forward
-from agent.rebuild import Outcome, RebuildError, RecordedCall, Skipped, compare, execute, rerun_calls, session_for
-from agent.session import Session, registry
-from agent.transcript import TranscriptWriter, read_transcript
-from tools.backends.base import Backends
+from sleuth.agent.loop import Planner, RunResult, artifact_refs, run_loop
+from sleuth.agent.planners.replay import Divergence, fast_forward
+from sleuth.agent.rebuild import Outcome, RebuildError, RecordedCall, Skipped, compare, execute, rerun_calls, session_for
+from sleuth.agent.session import Session, registry
+from sleuth.agent.transcript import TranscriptWriter, read_transcript
+from sleuth.tools.backends.base import Backends
 
 WriterFactory = Callable[..., TranscriptWriter]
 FINAL = ("completed", "error", "max_turns", "budget")

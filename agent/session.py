@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent.events import Finding, RunStarted
-from agent.loop import Planner, RunResult, run_loop
-from agent.transcript import TranscriptWriter
-from tools import (
+from sleuth.agent.events import Finding, RunStarted
+from sleuth.agent.loop import Planner, RunResult, run_loop
+from sleuth.agent.transcript import TranscriptWriter
+from sleuth.tools import (
     caption_failures,
     edit_image,
     finish,
@@ -27,12 +27,12 @@ from tools import (
     perturb_caption,
     record_finding,
 )
-from tools.artifacts import ArtifactStore
-from tools.backends.base import Backends
-from tools.cache import PredictionCache, default_path
-from tools.context import ToolContext
-from tools.investigation import Budget, Investigation
-from tools.registry import Registry, tool_from_module
+from sleuth.tools.artifacts import ArtifactStore
+from sleuth.tools.backends.base import Backends
+from sleuth.tools.cache import PredictionCache, default_path
+from sleuth.tools.context import ToolContext
+from sleuth.tools.investigation import Budget, Investigation
+from sleuth.tools.registry import Registry, tool_from_module
 
 TOOL_MODULES = (generate_and_classify, caption_failures, perturb_caption, edit_image, measure_rate, record_finding,
                 finish)

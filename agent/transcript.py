@@ -20,8 +20,8 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from agent.events import Event, event_hash, json_safe, parse_event
-from agent.redact import redact
+from sleuth.agent.events import Event, event_hash, json_safe, parse_event
+from sleuth.agent.redact import redact
 
 
 class TranscriptError(Exception):

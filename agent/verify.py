@@ -28,8 +28,8 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, Field
 
-from tools.artifacts import ArtifactStore
-from tools.stats import binomial_rate
+from sleuth.tools.artifacts import ArtifactStore
+from sleuth.tools.stats import binomial_rate
 
 Kind = Literal["identical", "equivalent", "drifted", "different", "tampered"]
 ORDER: dict[str, int] = {"identical": 0, "equivalent": 1, "drifted": 2, "different": 3, "tampered": 4}

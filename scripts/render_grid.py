@@ -10,8 +10,8 @@ from PIL import Image, ImageDraw
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tools.backends.toyworld import load_world  # noqa: E402
-from tools.backends.toyworld.generator import ToyGenerator  # noqa: E402
+from sleuth.tools.backends.toyworld import load_world  # noqa: E402
+from sleuth.tools.backends.toyworld.generator import ToyGenerator  # noqa: E402
 
 CELL = 96
 LABEL_W = 150

@@ -13,8 +13,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tools.backends.toyworld.config import load_world  # noqa: E402
-from tools.backends.toyworld.train import save_weights, shipped_path, train_all  # noqa: E402
+from sleuth.tools.backends.toyworld.config import load_world  # noqa: E402
+from sleuth.tools.backends.toyworld.train import save_weights, shipped_path, train_all  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

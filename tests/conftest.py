@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.events import (
+from sleuth.agent.events import (
     ErrorEvent,
     Event,
     Finding,
@@ -21,7 +21,7 @@ from agent.events import (
     Usage,
     UserMessage,
 )
-from agent.transcript import TranscriptWriter
+from sleuth.agent.transcript import TranscriptWriter
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -15,8 +15,8 @@ from contextlib import contextmanager
 import numpy as np
 import pytest
 
-from tools.backends.toyworld.classifier import ToyClassifier
-from tools.backends.toyworld.render import Renderer
+from sleuth.tools.backends.toyworld.classifier import ToyClassifier
+from sleuth.tools.backends.toyworld.render import Renderer
 
 
 def _rng(data: bytes, salt: int) -> np.random.Generator:

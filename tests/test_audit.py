@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from agent.audit import Audit, resolve_classes, start
-from agent.audit_config import load_config, parse_config
-from agent.audit_summary import findings_table
-from agent.cli import UsageError, main
-from agent.transcript import read_transcript, verify_transcript
+from sleuth.agent.audit import Audit, resolve_classes, start
+from sleuth.agent.audit_config import load_config, parse_config
+from sleuth.agent.audit_summary import findings_table
+from sleuth.agent.cli import UsageError, main
+from sleuth.agent.transcript import read_transcript, verify_transcript
 from tests.fakeworld import fake_backends
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -144,7 +144,7 @@ def sleuth(*args: str, crash: str | None = None) -> subprocess.CompletedProcess:
     env.pop("SLEUTH_CRASH_AT", None)
     if crash:
         env["SLEUTH_CRASH_AT"] = crash
-    return subprocess.run([sys.executable, "-m", "agent", "audit", *args, "--json"], cwd=ROOT, env=env,
+    return subprocess.run([sys.executable, "-m", "sleuth", "audit", *args, "--json"], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=300)
 
 
@@ -235,7 +235,7 @@ def test_llm_audit_resumes_without_re_asking_and_replays_without_a_key(tmp_path,
     assert len(events) == keep + 4 and events[keep].kind == "planner_turn" and events[-1].kind == "run_finished"
     # Replaying needs no key and no model: LLM perturbations keep their recorded result, the rest re-runs.
     monkeypatch.delenv("SLEUTH_STUB_API_KEY")
-    from agent.rebuild import verify_run
+    from sleuth.agent.rebuild import verify_run
 
     report = verify_run(path, backends=fake_backends())
     assert report.ok and report.calls == 3 and [s.tool for s in report.skipped] == ["perturb_caption"]

@@ -7,11 +7,11 @@ import json
 import numpy as np
 import pytest
 
-from agent.bench.discovery import Calibration, names_bug
-from agent.cli import main
-from tools import stats
-from tools.backends.toyworld import Oracle, load_backends
-from tools.backends.toyworld.null import NullClassifier
+from sleuth.agent.bench.discovery import Calibration, names_bug
+from sleuth.agent.cli import main
+from sleuth.tools import stats
+from sleuth.tools.backends.toyworld import Oracle, load_backends
+from sleuth.tools.backends.toyworld.null import NullClassifier
 
 
 @pytest.fixture(scope="module")

@@ -17,18 +17,18 @@ from rich.console import Console
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-from agent import chat_commands as C  # noqa: E402
-from agent.chat import PROMPT, STOPPED, Chat  # noqa: E402
-from agent.cli import main  # noqa: E402
-from agent.events import PlannerTurn, ToolCalled, ToolReturned, UserMessage  # noqa: E402
-from agent.llm import LLMClient, LLMConfig  # noqa: E402
-from agent.planners.llm import LLMPlanner  # noqa: E402
-from agent.planners.protocol import ProtocolPlanner  # noqa: E402
-from agent.session import Session, registry  # noqa: E402
-from agent.transcript import TranscriptWriter, read_transcript  # noqa: E402
+from sleuth.agent import chat_commands as C  # noqa: E402
+from sleuth.agent.chat import PROMPT, STOPPED, Chat  # noqa: E402
+from sleuth.agent.cli import main  # noqa: E402
+from sleuth.agent.events import PlannerTurn, ToolCalled, ToolReturned, UserMessage  # noqa: E402
+from sleuth.agent.llm import LLMClient, LLMConfig  # noqa: E402
+from sleuth.agent.planners.llm import LLMPlanner  # noqa: E402
+from sleuth.agent.planners.protocol import ProtocolPlanner  # noqa: E402
+from sleuth.agent.session import Session, registry  # noqa: E402
+from sleuth.agent.transcript import TranscriptWriter, read_transcript  # noqa: E402
 from fakeworld import fake_backends  # noqa: E402
 from llm_stub import StubServer, text_reply, tool_call, tool_reply  # noqa: E402
-from tools.cache import PredictionCache  # noqa: E402
+from sleuth.tools.cache import PredictionCache  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SNOW = "a realistic photograph of a cat. it is in the snow."
@@ -165,7 +165,7 @@ def _spawn(tmp_path: Path, *args: str, env: dict | None = None):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "SLEUTH_NO_CACHE": "1",
            "COLUMNS": "160", **(env or {})}
     log = io.StringIO()
-    child = pexpect.spawn(sys.executable, ["-m", "agent", "chat", "--class", "cat", "--runs", str(tmp_path), *args],
+    child = pexpect.spawn(sys.executable, ["-m", "sleuth", "chat", "--class", "cat", "--runs", str(tmp_path), *args],
                           cwd=str(tmp_path), env=env, encoding="utf-8", dimensions=(50, 160), timeout=120)
     child.logfile_read = log
     return child, log

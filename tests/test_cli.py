@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.cli import COMMANDS, _load, build_parser
+from sleuth.agent.cli import COMMANDS, _load, build_parser
 
 ROOT = Path(__file__).resolve().parents[1]
 HEAVY = ("torch", "scipy", "litellm", "diffusers", "transformers", "matplotlib", "open_clip")

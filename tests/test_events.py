@@ -8,8 +8,8 @@ import json
 import pytest
 from pydantic import ValidationError
 
-from agent import events as ev
-from agent.events import PlannerTurn, ToolCall, UserMessage, event_hash, parse_event
+from sleuth.agent import events as ev
+from sleuth.agent.events import PlannerTurn, ToolCall, UserMessage, event_hash, parse_event
 
 
 def test_every_kind_round_trips_through_json(sample_events):

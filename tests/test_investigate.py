@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.cli import main
-from agent.transcript import read_transcript
+from sleuth.agent.cli import main
+from sleuth.agent.transcript import read_transcript
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -65,7 +65,7 @@ def test_malformed_world_config_is_one_line(capsys, tmp_path):
 
 def test_ctrl_c_leaves_a_valid_transcript(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "agent", "investigate", "--class", "cat", "--quiet",
+    proc = subprocess.Popen([sys.executable, "-m", "sleuth", "investigate", "--class", "cat", "--quiet",
                              "--runs", str(tmp_path)], cwd=tmp_path, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     # Wait until the run has written a few events, then interrupt it as a terminal's Ctrl-C would.

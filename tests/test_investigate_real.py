@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from agent.cli import main
-from agent.transcript import read_transcript, verify_transcript
+from sleuth.agent.cli import main
+from sleuth.agent.transcript import read_transcript, verify_transcript
 from tests.test_real_builders import save_blip, save_imagenet_mobilenet, save_open_clip_folder, save_sd_pipeline
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -105,7 +105,7 @@ def test_missing_model_is_one_line_within_seconds(tmp_path: Path) -> None:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"), "PYTHONPATH": str(ROOT),
            "OMP_NUM_THREADS": "1"}
     t0 = time.perf_counter()
-    out = subprocess.run([sys.executable, "-m", "agent", "investigate", "--class", "tabby cat", "--runs",
+    out = subprocess.run([sys.executable, "-m", "sleuth", "investigate", "--class", "tabby cat", "--runs",
                           str(tmp_path), "--generator", "diffusers:no-such-org/no-such-pipeline", "--classifier",
                           "efficientnet-lite0"], env=env, capture_output=True, text=True, timeout=90, cwd=tmp_path)
     seconds = time.perf_counter() - t0
@@ -153,8 +153,8 @@ def test_investigate_real_efficientnet_lite0_on_tiny_generator(models: dict[str,
 
 
 def test_backend_flags_to_specs_and_config(tmp_path: Path) -> None:
-    from agent.backend_args import backend_config, backend_specs
-    from agent.cli import build_parser
+    from sleuth.agent.backend_args import backend_config, backend_specs
+    from sleuth.agent.cli import build_parser
 
     (tmp_path / "t.bin").write_bytes(b"")
     args = build_parser().parse_args([

@@ -17,15 +17,15 @@ from PIL import Image
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-from agent.events import PlannerTurn, ToolCall, ToolCalled, ToolReturned  # noqa: E402
-from agent.llm import LLMClient, LLMConfig  # noqa: E402
-from agent.llm.context import ContextConfig, build_messages, estimate_tokens  # noqa: E402
-from agent.planners.llm import LLMPlanner  # noqa: E402
-from agent.session import Session, registry  # noqa: E402
-from agent.transcript import read_transcript  # noqa: E402
+from sleuth.agent.events import PlannerTurn, ToolCall, ToolCalled, ToolReturned  # noqa: E402
+from sleuth.agent.llm import LLMClient, LLMConfig  # noqa: E402
+from sleuth.agent.llm.context import ContextConfig, build_messages, estimate_tokens  # noqa: E402
+from sleuth.agent.planners.llm import LLMPlanner  # noqa: E402
+from sleuth.agent.session import Session, registry  # noqa: E402
+from sleuth.agent.transcript import read_transcript  # noqa: E402
 from llm_stub import HttpError, StubServer, text_reply, tool_call, tool_reply  # noqa: E402
 from fakeworld import fake_backends  # noqa: E402
-from tools.cache import PredictionCache  # noqa: E402
+from sleuth.tools.cache import PredictionCache  # noqa: E402
 
 KEY_ENV = "SLEUTH_STUB_API_KEY"
 CLASS_PROMPT = "a realistic photograph of a cat"
@@ -297,7 +297,7 @@ def test_model_text_is_quoted_data_that_cannot_close_its_block():
 
 
 def test_sleuth_investigate_with_llm_flag(tmp_path, capsys, monkeypatch):
-    from agent.cli import main
+    from sleuth.agent.cli import main
 
     monkeypatch.setenv(KEY_ENV, "sk-stub-investigate-000000000000")
     script = [tool_reply(tool_call("generate_and_classify", {"prompt": CLASS_PROMPT, "n": 60}, "g"),
@@ -323,7 +323,7 @@ def test_sleuth_investigate_with_llm_flag(tmp_path, capsys, monkeypatch):
     (["--llm", "openai/x", "--api-base", "localhost:8080"], "must be an http:// or https:// URL"),
 ])
 def test_bad_llm_flags_are_one_line_errors(capsys, tmp_path, args, message):
-    from agent.cli import main
+    from sleuth.agent.cli import main
 
     assert main(["investigate", "--class", "cat", "--runs", str(tmp_path), *args]) == 2
     err = capsys.readouterr().err.strip()
@@ -333,7 +333,7 @@ def test_bad_llm_flags_are_one_line_errors(capsys, tmp_path, args, message):
 def test_the_llm_also_serves_tools_as_ctx_llm(tmp_path):
     import argparse
 
-    from agent.planner_args import add_planner_arguments, build_llm_planner, check_planner_args
+    from sleuth.agent.planner_args import add_planner_arguments, build_llm_planner, check_planner_args
 
     def perturbations(body: dict[str, Any]) -> dict[str, Any]:
         assert "tools" not in body  # a plain completion, not a planner turn

@@ -120,15 +120,15 @@ class LocalModel:
 
 @pytest.mark.parametrize("forced", [False, True], ids=["free", "forced-tool-call"])
 def test_a_small_local_llm_investigates_through_litellm(tmp_path, forced):
-    from agent.events import PlannerTurn, ToolReturned
-    from agent.llm import LLMClient, LLMConfig
-    from agent.llm.context import ContextConfig
-    from agent.planners.llm import LLMPlanner
-    from agent.session import Session, registry
-    from agent.transcript import read_transcript
+    from sleuth.agent.events import PlannerTurn, ToolReturned
+    from sleuth.agent.llm import LLMClient, LLMConfig
+    from sleuth.agent.llm.context import ContextConfig
+    from sleuth.agent.planners.llm import LLMPlanner
+    from sleuth.agent.session import Session, registry
+    from sleuth.agent.transcript import read_transcript
     from llm_stub import StubServer
-    from tools.backends.toyworld import load_backends
-    from tools.cache import PredictionCache
+    from sleuth.tools.backends.toyworld import load_backends
+    from sleuth.tools.cache import PredictionCache
 
     model = LocalModel(forced=forced)
     backends = load_backends()

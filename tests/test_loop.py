@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 from pydantic import BaseModel, Field
 
-from agent.events import RunStarted, ToolCall
-from agent.loop import PlannerError, Turn, artifact_refs, run_loop
-from agent.planners.scripted import ScriptedPlanner
-from agent.transcript import TranscriptWriter, read_transcript, verify_transcript
-from tools.artifacts import ArtifactStore
-from tools.context import ToolContext
-from tools.registry import Registry, ToolError, tool_from_module
+from sleuth.agent.events import RunStarted, ToolCall
+from sleuth.agent.loop import PlannerError, Turn, artifact_refs, run_loop
+from sleuth.agent.planners.scripted import ScriptedPlanner
+from sleuth.agent.transcript import TranscriptWriter, read_transcript, verify_transcript
+from sleuth.tools.artifacts import ArtifactStore
+from sleuth.tools.context import ToolContext
+from sleuth.tools.registry import Registry, ToolError, tool_from_module
 
 
 def tool_module(name, doc, args, result, run):

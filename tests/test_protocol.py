@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from agent.planners.protocol import ProtocolPlanner
-from agent.session import Session
-from agent.transcript import read_transcript
+from sleuth.agent.planners.protocol import ProtocolPlanner
+from sleuth.agent.session import Session
+from sleuth.agent.transcript import read_transcript
 from tests.fakeworld import fake_backends
 
 CAT = "a realistic photograph of a cat"

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from tests.test_real_builders import BLIP_WORDS, save_blip
-from tools.backends.blip_captioner import BlipCaptioner, split_sentences
+from sleuth.tools.backends.blip_captioner import BlipCaptioner, split_sentences
 
 torch.set_num_threads(2)
 

@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from tests.test_real_builders import save_open_clip_folder
-from tools.backends.base import BackendError
-from tools.backends.specs import make_backends, make_classifier, parse_spec
+from sleuth.tools.backends.base import BackendError
+from sleuth.tools.backends.specs import make_backends, make_classifier, parse_spec
 
 ROOT = Path(__file__).resolve().parent.parent
 torch.set_num_threads(2)
@@ -115,7 +115,7 @@ def test_open_clip_zero_shot_and_embedder(tmp_path: Path) -> None:
     assert clf.labels.parent("tabby cat") == "domestic cat"
     # Logits are the scaled cosine similarities: bounded by the logit scale.
     assert np.abs(a).max() <= float(model.logit_scale.detach().exp()) + 1e-3
-    from tools.backends.clip import OpenClipEmbedder, OpenClipModel
+    from sleuth.tools.backends.clip import OpenClipEmbedder, OpenClipModel
 
     emb = OpenClipEmbedder(OpenClipModel(name, str(tmp_path / "clip.pt")))
     f = emb.embed(images())
@@ -127,7 +127,7 @@ def test_open_clip_model_folder(tmp_path: Path) -> None:
     """open_clip's Hub layout (open_clip_config.json + weights) as a local folder, for classifier and embedder."""
     from safetensors.torch import load_file
 
-    from tools.backends.clip import OpenClipModel
+    from sleuth.tools.backends.clip import OpenClipModel
 
     folder = save_open_clip_folder(tmp_path / "clip")
     clf = make_classifier(f"open_clip:{folder},templates=simple")
@@ -147,7 +147,7 @@ def test_open_clip_model_folder(tmp_path: Path) -> None:
 def test_open_clip_checks(tmp_path: Path) -> None:
     import open_clip
 
-    from tools.backends.clip import ClipChecks, OpenClipModel
+    from sleuth.tools.backends.clip import ClipChecks, OpenClipModel
 
     name = tiny_open_clip_config(tmp_path)
     torch.manual_seed(0)
@@ -212,10 +212,10 @@ def test_missing_weights_fail_fast_offline(tmp_path: Path) -> None:
     """A model absent from the caches is a one-line BackendError naming it and the fetch command, in seconds."""
     code = textwrap.dedent("""
         import sys
-        from tools.backends.base import BackendError
-        from tools.backends.specs import make_backends, make_classifier
-        from tools.backends.blip_captioner import BlipCaptioner
-        from tools.backends.diffusers_generator import DiffusersGenerator
+        from sleuth.tools.backends.base import BackendError
+        from sleuth.tools.backends.specs import make_backends, make_classifier
+        from sleuth.tools.backends.blip_captioner import BlipCaptioner
+        from sleuth.tools.backends.diffusers_generator import DiffusersGenerator
         for line in sys.stdin:
             try:
                 eval(line)
@@ -238,7 +238,7 @@ def test_missing_weights_fail_fast_offline(tmp_path: Path) -> None:
 
 
 def test_classify_command_errors(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    from agent.cli import main
+    from sleuth.agent.cli import main
 
     assert main(["classify", str(tmp_path / "none.png"), "--classifier", "efficientnet-lite0"]) == 2
     assert "image not found" in capsys.readouterr().err
@@ -254,7 +254,7 @@ def test_classify_command_json(capsys: pytest.CaptureFixture[str], tmp_path: Pat
                                monkeypatch: pytest.MonkeyPatch) -> None:
     from PIL import Image
 
-    from agent.cli import main
+    from sleuth.agent.cli import main
 
     (tmp_path / "bright_model.py").write_text("import numpy as np\nLABELS = ['dark', 'bright', 'grey']\n"
                                              "def predict(ims):\n    m = np.array([i.mean() / 25.0 for i in ims])\n"
@@ -280,7 +280,7 @@ def test_classify_real_efficientnet_lite0(capsys: pytest.CaptureFixture[str], tm
     import matplotlib
     from PIL import Image
 
-    from agent.cli import main
+    from sleuth.agent.cli import main
 
     Image.fromarray(skdata.chelsea()).save(tmp_path / "chelsea.png")
     hopper = Path(matplotlib.get_data_path()) / "sample_data" / "grace_hopper.jpg"
@@ -292,7 +292,7 @@ def test_classify_real_efficientnet_lite0(capsys: pytest.CaptureFixture[str], tm
     assert hop & SAMPLE_PHOTOS["grace_hopper"]
     assert out["images"][0]["top"][0]["prob"] > 0.2  # measured: tiger cat 0.39, Egyptian Mau 0.36, tabby cat 0.17
     # Under the parent criterion the cat is no failure for "tabby cat": its top-3 are all domestic cats.
-    from tools.backends.imagenet import imagenet_label_space
+    from sleuth.tools.backends.imagenet import imagenet_label_space
 
     space = imagenet_label_space()
     assert all(space.same_parent("tabby cat", label) for label in cat)

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from tests.test_real_builders import save_open_clip_folder, save_sd_pipeline
-from tools.backends.base import BackendError
-from tools.backends.diffusers_generator import DiffusersGenerator
-from tools.backends.specs import UnavailableEditor, make_backends, parse_spec
+from sleuth.tools.backends.base import BackendError
+from sleuth.tools.backends.diffusers_generator import DiffusersGenerator
+from sleuth.tools.backends.specs import UnavailableEditor, make_backends, parse_spec
 
 torch.set_num_threads(2)
 
@@ -74,7 +74,7 @@ def fake_toyworld(monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
     import sys
     import types
 
-    from tools.backends.base import Backends, LabelSpace, Vocabulary
+    from sleuth.tools.backends.base import Backends, LabelSpace, Vocabulary
 
     class Toy:
         def __init__(self, id: str) -> None:
@@ -88,7 +88,7 @@ def fake_toyworld(monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
         return Backends(Toy("toy-gen"), Toy("toy-clf"), Toy("toy-cap"), Toy("toy-emb"), Toy("toy-edit"),
                         vocabulary=Vocabulary(background=["in the snow"]), class_prompt="a toy {label}")
 
-    monkeypatch.setitem(sys.modules, "tools.backends.toyworld", types.SimpleNamespace(load_backends=load_backends))
+    monkeypatch.setitem(sys.modules, "sleuth.tools.backends.toyworld", types.SimpleNamespace(load_backends=load_backends))
     return calls
 
 
@@ -177,7 +177,7 @@ def test_make_backends_mixes_real_and_toyworld_parts(saved_pipeline: Path, fake_
 
 
 def test_clip_checks_on_generated_images(saved_pipeline: Path, tmp_path: Path, fake_toyworld: list[tuple]) -> None:
-    from tools.backends.specs import BackendSpecs
+    from sleuth.tools.backends.specs import BackendSpecs
 
     folder = save_open_clip_folder(tmp_path / "clip")
     specs = BackendSpecs(generator=f"diffusers:{saved_pipeline},steps=1,guidance=0,height=32,width=32",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tools.backends.imagenet import hypernyms, imagenet_classes, imagenet_label_space
+from sleuth.tools.backends.imagenet import hypernyms, imagenet_classes, imagenet_label_space
 
 SHARE_PARENT = [("tabby cat", "tiger cat"), ("tabby cat", "Egyptian Mau"), ("Siberian Husky", "Alaskan Malamute"),
                 ("lynx", "cougar"), ("Persian cat", "Siamese cat")]
@@ -71,7 +71,7 @@ def test_parent_criterion_through_criteria_failed() -> None:
     """The criterion the investigation applies (tools/backends/criteria.py) on ImageNet logits."""
     import numpy as np
 
-    from tools.backends.criteria import failed
+    from sleuth.tools.backends.criteria import failed
 
     space = imagenet_label_space()
 

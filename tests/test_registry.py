@@ -10,7 +10,7 @@ from typing import Literal
 import pytest
 from pydantic import BaseModel, Field
 
-from tools.registry import Registry, ToolError, clean_schema, tool_from_module
+from sleuth.tools.registry import Registry, ToolError, clean_schema, tool_from_module
 
 
 class Shift(StrEnum):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from agent.cli import main
-from agent.render import compact, key_values, render_event
+from sleuth.agent.cli import main
+from sleuth.agent.render import compact, key_values, render_event
 
 
 def test_replay_renders_a_transcript(written, capsys):
@@ -65,7 +65,7 @@ def test_generic_formatter_summarises_rates_and_nesting():
 
 
 def test_planner_turn_without_words_renders_nothing(sample_events):
-    from agent.events import PlannerTurn
+    from sleuth.agent.events import PlannerTurn
 
     assert render_event(PlannerTurn()) is None
     console = Console(width=100, record=True, file=open("/dev/null", "w"))  # noqa: SIM115

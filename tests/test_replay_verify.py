@@ -8,17 +8,17 @@ from pathlib import Path
 
 import pytest
 
-from agent.cli import main
-from agent.events import ToolCall, event_hash
-from agent.loop import Turn
-from agent.planners.scripted import ScriptedPlanner
-from agent.rebuild import verify_run
-from agent.verify import ACCEPTED, ImageStores, compare_outcomes
-from agent.session import Session
-from agent.transcript import read_transcript, verify_transcript
+from sleuth.agent.cli import main
+from sleuth.agent.events import ToolCall, event_hash
+from sleuth.agent.loop import Turn
+from sleuth.agent.planners.scripted import ScriptedPlanner
+from sleuth.agent.rebuild import verify_run
+from sleuth.agent.verify import ACCEPTED, ImageStores, compare_outcomes
+from sleuth.agent.session import Session
+from sleuth.agent.transcript import read_transcript, verify_transcript
 from tests.fakeworld import fake_backends
 from tests.othermachine import another_machine
-from tools.stats import binomial_rate
+from sleuth.tools.stats import binomial_rate
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMITTED = ROOT / "transcripts"

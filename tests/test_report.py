@@ -18,21 +18,21 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from agent.cli import main
-from agent.events import Event, ToolCall, Usage
-from agent.loop import Turn
-from agent.planners.protocol import ProtocolPlanner
-from agent.planners.scripted import ScriptedPlanner
-from agent.report import build_report, load_runs, write_report
-from agent.report.data import HypothesisTest
-from agent.report.images import ImageEmbedder
-from agent.report.nonfinite import restore_non_finite
-from agent.report.plots import forest_plot, plain
-from agent.session import Session
-from agent.transcript import read_transcript
+from sleuth.agent.cli import main
+from sleuth.agent.events import Event, ToolCall, Usage
+from sleuth.agent.loop import Turn
+from sleuth.agent.planners.protocol import ProtocolPlanner
+from sleuth.agent.planners.scripted import ScriptedPlanner
+from sleuth.agent.report import build_report, load_runs, write_report
+from sleuth.agent.report.data import HypothesisTest
+from sleuth.agent.report.images import ImageEmbedder
+from sleuth.agent.report.nonfinite import restore_non_finite
+from sleuth.agent.report.plots import forest_plot, plain
+from sleuth.agent.session import Session
+from sleuth.agent.transcript import read_transcript
 from tests.fakeworld import fake_backends
-from tools import measure_rate, stats
-from tools.artifacts import ArtifactStore
+from sleuth.tools import measure_rate, stats
+from sleuth.tools.artifacts import ArtifactStore
 
 CAT = "a realistic photograph of a cat"
 HOSTILE = f'{CAT}. it is in the snow. <script>alert("x")</script> & $x^2$ </td></table>'

@@ -7,15 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from agent.audit_budget import BudgetedPlanner, stopped_by
-from agent.events import ErrorEvent, Event, RunFinished, ToolCall
-from agent.loop import PlannerError, Turn
-from agent.planners.protocol import ProtocolPlanner
-from agent.planners.replay import BUDGET_MODEL, ReplayPlanner, fast_forward, holds_state, recorded_turns
-from agent.rebuild import RebuildError
-from agent.resume import continue_run
-from agent.session import Session
-from agent.transcript import TranscriptWriter, read_transcript, verify_transcript
+from sleuth.agent.audit_budget import BudgetedPlanner, stopped_by
+from sleuth.agent.events import ErrorEvent, Event, RunFinished, ToolCall
+from sleuth.agent.loop import PlannerError, Turn
+from sleuth.agent.planners.protocol import ProtocolPlanner
+from sleuth.agent.planners.replay import BUDGET_MODEL, ReplayPlanner, fast_forward, holds_state, recorded_turns
+from sleuth.agent.rebuild import RebuildError
+from sleuth.agent.resume import continue_run
+from sleuth.agent.session import Session
+from sleuth.agent.transcript import TranscriptWriter, read_transcript, verify_transcript
 from tests.fakeworld import fake_backends
 
 CAT = "a realistic photograph of a cat"
@@ -144,7 +144,7 @@ def test_a_run_cut_after_its_error_event_is_closed_as_error(full, tmp_path):
 
 
 def _rehash(lines: list[bytes]) -> bytes:
-    from agent.events import event_hash
+    from sleuth.agent.events import event_hash
 
     prev, out = "", []
     for raw in lines:
@@ -220,7 +220,7 @@ def test_budgeted_planner_stops_on_time_and_cost_and_replays_without_asking():
     stop = p.next_turn(())
     assert stop.model == BUDGET_MODEL and stop.tool_calls[0].name == "finish" and inner.asked == 1
     assert "wall-time budget" in stop.reasoning
-    from agent.events import PlannerTurn
+    from sleuth.agent.events import PlannerTurn
 
     costly = [PlannerTurn(reasoning="", cost_usd=0.3), PlannerTurn(reasoning="", cost_usd=0.25)]
     left[0] = 10.0

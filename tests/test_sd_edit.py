@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from tests.sd_tiny import SIZE, tiny_image, tiny_sd
-from tools.backends.base import BackendError, Editor, Generation
-from tools.backends.sd_edit import (
+from sleuth.tools.backends.base import BackendError, Editor, Generation
+from sleuth.tools.backends.sd_edit import (
     EditSettings,
     Injection,
     InversionCache,
@@ -27,8 +27,8 @@ from tools.backends.sd_edit import (
     invert,
     reconstruct,
 )
-from tools.backends.sd_edit.controls import EditScores, choose, class_word_check, find_class
-from tools.backends.sd_edit.p2p import AttentionEdit, P2PAttnProcessor, align, word_tokens
+from sleuth.tools.backends.sd_edit.controls import EditScores, choose, class_word_check, find_class
+from sleuth.tools.backends.sd_edit.p2p import AttentionEdit, P2PAttnProcessor, align, word_tokens
 
 torch.set_num_threads(1)
 
@@ -117,7 +117,7 @@ def test_identical_prompts_reproduce_the_reconstruction(pipe: Any, inverted: Any
 
 
 def test_word_swap_with_injection_stays_closer_than_regeneration(pipe: Any, inverted: Any) -> None:
-    from tools.backends.sd_edit.ddim import decode_latents
+    from sleuth.tools.backends.sd_edit.ddim import decode_latents
 
     settings = EditSettings(edit_word_weight=1.0, local_blend=False)
     run = edit_latents(pipe, inverted, SWAP, [Injection(0.0, 0.0), Injection(0.8, 0.4)], settings)
@@ -284,7 +284,7 @@ def test_second_edit_of_an_image_reuses_its_inversion(pipe: Any, image: np.ndarr
 
 
 def test_inversions_persist_on_disk(inverted: Any, tmp_path: Path) -> None:
-    from tools.backends.sd_edit.cache import inversion_key
+    from sleuth.tools.backends.sd_edit.cache import inversion_key
 
     key = inversion_key(np.zeros((4, 4, 3), np.uint8), SOURCE, FAST, "m", (SIZE, SIZE))
     assert key != inversion_key(np.zeros((4, 4, 3), np.uint8), SOURCE, FAST.model_copy(update={"steps": 11}), "m",
@@ -306,8 +306,8 @@ def test_sd_edit_spec(pipe: Any, image: np.ndarray, tmp_path: Path, monkeypatch:
     import sys
     import types
 
-    from tools.backends.base import Backends, LabelSpace, Vocabulary
-    from tools.backends.specs import make_backends
+    from sleuth.tools.backends.base import Backends, LabelSpace, Vocabulary
+    from sleuth.tools.backends.specs import make_backends
 
     class Toy:
         def __init__(self, id: str) -> None:
@@ -317,7 +317,7 @@ def test_sd_edit_spec(pipe: Any, image: np.ndarray, tmp_path: Path, monkeypatch:
     def load_backends(world=None, *, size=64, device="cpu", progress=None):  # noqa: ANN001, ANN202
         return Backends(Toy("g"), Toy("c"), Toy("cap"), Toy("e"), Toy("ed"), vocabulary=Vocabulary())
 
-    monkeypatch.setitem(sys.modules, "tools.backends.toyworld", types.SimpleNamespace(load_backends=load_backends))
+    monkeypatch.setitem(sys.modules, "sleuth.tools.backends.toyworld", types.SimpleNamespace(load_backends=load_backends))
     pipe.save_pretrained(tmp_path / "sd")
     folder = tmp_path / "sd"
     b = make_backends(generator=f"diffusers:{folder}", editor=f"sd-edit:{folder},steps=3,null_steps=2,self=0.2/0.6,"

@@ -9,7 +9,7 @@ import pytest
 from pydantic import ValidationError
 from scipy import stats as st
 
-from tools import stats
+from sleuth.tools import stats
 
 LOOKS = [50, 100, 200, 400]
 N0 = 1000

@@ -10,7 +10,7 @@ import pytest
 from pydantic import ValidationError
 from scipy import stats as st
 
-from tools import stats
+from sleuth.tools import stats
 
 # ------------------------------------------------------------------------------------------------------------- rates
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from agent.session import registry
+from sleuth.agent.session import registry
 from tests.fakeworld import RATES, fake_backends
-from tools import stats
-from tools.artifacts import ArtifactStore
-from tools.context import ToolContext
-from tools.investigation import CONFIRMATION_OFFSET, Budget, Investigation
-from tools.registry import ToolError
+from sleuth.tools import stats
+from sleuth.tools.artifacts import ArtifactStore
+from sleuth.tools.context import ToolContext
+from sleuth.tools.investigation import CONFIRMATION_OFFSET, Budget, Investigation
+from sleuth.tools.registry import ToolError
 
 CAT = "a realistic photograph of a cat"
 SNOW = "a realistic photograph of a cat. it is in the snow."
@@ -187,7 +187,7 @@ def test_perturb_caption_with_llm_validates_the_reply(ctx):
 
 
 def test_predictions_are_cached_by_backend_prompt_and_seed(tmp_path):
-    from tools.cache import PredictionCache
+    from sleuth.tools.cache import PredictionCache
 
     cache = PredictionCache(tmp_path / "predictions.sqlite")
     backends = fake_backends()

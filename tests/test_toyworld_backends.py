@@ -7,12 +7,12 @@ import dataclasses
 import numpy as np
 import pytest
 
-from tools.backends.base import (BackendError, Captioner, Classifier, Editor, Embedder, Generation, Generator,
+from sleuth.tools.backends.base import (BackendError, Captioner, Classifier, Editor, Embedder, Generation, Generator,
                                  LabelSpace)
-from tools.backends.criteria import failed
-from tools.backends.toyworld import load_backends, load_world
-from tools.backends.toyworld.parser import parse, sample_scene
-from tools.backends.toyworld.render import Renderer
+from sleuth.tools.backends.criteria import failed
+from sleuth.tools.backends.toyworld import load_backends, load_world
+from sleuth.tools.backends.toyworld.parser import parse, sample_scene
+from sleuth.tools.backends.toyworld.render import Renderer
 
 WORLD = load_world()
 

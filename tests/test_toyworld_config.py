@@ -7,9 +7,9 @@ import json
 import pytest
 import yaml
 
-from tools.backends.base import BackendError
-from tools.backends.toyworld import load_world
-from tools.backends.toyworld.parser import parse, sample_scene, sample_scenes
+from sleuth.tools.backends.base import BackendError
+from sleuth.tools.backends.toyworld import load_world
+from sleuth.tools.backends.toyworld.parser import parse, sample_scene, sample_scenes
 
 WORLD = load_world()
 
@@ -48,7 +48,7 @@ def test_training_departs_from_nature_only_where_planted() -> None:
 
 def _raw() -> dict:
     from importlib import resources
-    return yaml.safe_load(resources.files("tools.backends.toyworld").joinpath("worlds/default.yaml").read_text())
+    return yaml.safe_load(resources.files("sleuth.tools.backends.toyworld").joinpath("worlds/default.yaml").read_text())
 
 
 @pytest.mark.parametrize("mutate, fragment", [

@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 import torch
 
-from agent.cli import main
-from tools.backends.toyworld import Oracle, load_world
-from tools.backends.toyworld.classifier import ToyClassifier
-from tools.backends.toyworld.nets import ClassifierNet
-from tools.backends.toyworld.train import find_weights, load_prefixed, shipped_path, train_all, train_classifier
+from sleuth.agent.cli import main
+from sleuth.tools.backends.toyworld import Oracle, load_world
+from sleuth.tools.backends.toyworld.classifier import ToyClassifier
+from sleuth.tools.backends.toyworld.nets import ClassifierNet
+from sleuth.tools.backends.toyworld.train import find_weights, load_prefixed, shipped_path, train_all, train_classifier
 
 WORLD = load_world()
 
@@ -136,8 +136,8 @@ def test_nobugs_world_has_no_planted_shortcuts() -> None:
 def test_a_new_world_trains_on_first_use_then_loads_from_the_cache(tmp_path, monkeypatch) -> None:
     import yaml
 
-    from tools.backends.toyworld import load_backends
-    from tools.backends.toyworld import train as train_mod
+    from sleuth.tools.backends.toyworld import load_backends
+    from sleuth.tools.backends.toyworld import train as train_mod
 
     data = WORLD.model_dump(mode="json", by_alias=True)
     data["name"] = "tiny"

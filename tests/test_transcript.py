@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from agent.events import ErrorEvent, PlannerTurn, RunStarted, ToolCall, ToolReturned, UserMessage, event_hash
-from agent.redact import REDACTED, clear_secrets, is_secret_key, redact, register_secret
-from agent.transcript import TranscriptError, TranscriptWriter, read_transcript, verify_transcript
-from tools.artifacts import ArtifactStore
+from sleuth.agent.events import ErrorEvent, PlannerTurn, RunStarted, ToolCall, ToolReturned, UserMessage, event_hash
+from sleuth.agent.redact import REDACTED, clear_secrets, is_secret_key, redact, register_secret
+from sleuth.agent.transcript import TranscriptError, TranscriptWriter, read_transcript, verify_transcript
+from sleuth.tools.artifacts import ArtifactStore
 
 
 def lines_of(path):
@@ -284,9 +284,9 @@ def test_blobs_and_unknown_refs(tmp_path):
 def test_non_finite_numbers_are_written_as_strict_json_strings(tmp_path):
     import json
 
-    from agent.events import ToolReturned
-    from agent.transcript import TranscriptWriter, read_transcript
-    from tools import stats
+    from sleuth.agent.events import ToolReturned
+    from sleuth.agent.transcript import TranscriptWriter, read_transcript
+    from sleuth.tools import stats
 
     ratio = stats.rate_ratio(5, 100, 0, 1000)  # no baseline failures: an infinite ratio with a finite lower bound
     path = tmp_path / "t.jsonl"

@@ -14,9 +14,9 @@ import numpy as np
 from pydantic import BaseModel, Field
 from scipy.cluster.vq import kmeans2
 
-from tools.common import investigation
-from tools.investigation import join_sentences, normalise_caption
-from tools.registry import ToolError
+from sleuth.tools.common import investigation
+from sleuth.tools.investigation import join_sentences, normalise_caption
+from sleuth.tools.registry import ToolError
 
 NAME = "caption_failures"
 

@@ -6,9 +6,9 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from tools import stats
-from tools.investigation import Investigation, Sample
-from tools.registry import ToolError
+from sleuth.tools import stats
+from sleuth.tools.investigation import Investigation, Sample
+from sleuth.tools.registry import ToolError
 
 
 class Confusion(BaseModel):

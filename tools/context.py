@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from tools.artifacts import ArtifactStore
+from sleuth.tools.artifacts import ArtifactStore
 
 
 @dataclass

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 from pydantic import BaseModel, Field
 
-from tools.backends.base import BackendError, Generation
-from tools.backends.criteria import failed as failed_by_criterion
-from tools.investigation import Investigation, Sample
-from tools.registry import ToolError
+from sleuth.tools.backends.base import BackendError, Generation
+from sleuth.tools.backends.criteria import failed as failed_by_criterion
+from sleuth.tools.investigation import Investigation, Sample
+from sleuth.tools.registry import ToolError
 
 
 class Flip(BaseModel):

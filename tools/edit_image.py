@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from tools import stats
-from tools.common import investigation
-from tools.counterfactual import Flip, edit_and_classify
+from sleuth.tools import stats
+from sleuth.tools.common import investigation
+from sleuth.tools.counterfactual import Flip, edit_and_classify
 
 NAME = "edit_image"
 

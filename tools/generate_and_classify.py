@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from tools.common import SampleSummary, investigation, summarise
-from tools.investigation import merge, normalise_caption
+from sleuth.tools.common import SampleSummary, investigation, summarise
+from sleuth.tools.investigation import merge, normalise_caption
 
 NAME = "generate_and_classify"
 

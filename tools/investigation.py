@@ -11,12 +11,12 @@ from typing import Any, Literal
 
 import numpy as np
 
-from tools import stats
-from tools.artifacts import ArtifactStore
-from tools.backends.base import Backends, Generation, LabelSpace
-from tools.backends.criteria import failed as failed_by_criterion
-from tools.cache import PredictionCache, Prediction
-from tools.registry import ToolError
+from sleuth.tools import stats
+from sleuth.tools.artifacts import ArtifactStore
+from sleuth.tools.backends.base import Backends, Generation, LabelSpace
+from sleuth.tools.backends.criteria import failed as failed_by_criterion
+from sleuth.tools.cache import PredictionCache, Prediction
+from sleuth.tools.registry import ToolError
 
 Criterion = Literal["top1", "topk", "parent"]
 Purpose = Literal["discovery", "confirmation"]

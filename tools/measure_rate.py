@@ -15,11 +15,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from tools import stats
-from tools.common import SampleSummary, investigation, summarise
-from tools.counterfactual import Flip, counterfactual_pairs
-from tools.investigation import Investigation, Purpose, Test, merge
-from tools.registry import ToolError
+from sleuth.tools import stats
+from sleuth.tools.common import SampleSummary, investigation, summarise
+from sleuth.tools.counterfactual import Flip, counterfactual_pairs
+from sleuth.tools.investigation import Investigation, Purpose, Test, merge
+from sleuth.tools.registry import ToolError
 
 NAME = "measure_rate"
 

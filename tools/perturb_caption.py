@@ -17,10 +17,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
-from tools.backends.base import Vocabulary
-from tools.common import investigation
-from tools.investigation import join_sentences, split_sentences
-from tools.registry import ToolError
+from sleuth.tools.backends.base import Vocabulary
+from sleuth.tools.common import investigation
+from sleuth.tools.investigation import join_sentences, split_sentences
+from sleuth.tools.registry import ToolError
 
 NAME = "perturb_caption"
 
@@ -51,7 +51,7 @@ class Result(BaseModel):
 
 
 def builtin_vocabulary() -> Vocabulary:
-    data = json.loads(resources.files("prompts").joinpath("perturbations.json").read_text())
+    data = json.loads(resources.files("sleuth.prompts").joinpath("perturbations.json").read_text())
     return Vocabulary(**{k: v for k, v in data.items() if not k.startswith("_")})
 
 
@@ -147,7 +147,7 @@ class _LLMReply(BaseModel):
 
 
 def llm_edits(llm: Any, caption: str, label: str, labels: tuple[str, ...], types: list[EditType], n: int) -> list[Edit]:
-    template = resources.files("prompts").joinpath("perturb_caption.md").read_text()
+    template = resources.files("sleuth.prompts").joinpath("perturb_caption.md").read_text()
     # The caption is model-written data: it must not be able to close its own delimiter in the prompt.
     caption = caption.replace("CAPTION>>>", "CAPTION> > >").replace("<<<CAPTION", "< < <CAPTION")
     prompt = template.format(label=label, n=n, types=", ".join(types), caption=caption,

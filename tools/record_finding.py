@@ -11,10 +11,10 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from tools import stats
-from tools.common import investigation
-from tools.investigation import Test, normalise_caption
-from tools.registry import ToolError
+from sleuth.tools import stats
+from sleuth.tools.common import investigation
+from sleuth.tools.investigation import Test, normalise_caption
+from sleuth.tools.registry import ToolError
 
 NAME = "record_finding"
 

@@ -46,7 +46,7 @@ def prune_artifacts(run_dir: Path) -> tuple[int, int]:
 
 def sleuth(*args: str, cache: str) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "SLEUTH_CACHE": cache}
-    subprocess.run([sys.executable, "-m", "agent", *args], cwd=ROOT, env=env, check=True, stdout=subprocess.DEVNULL)
+    subprocess.run([sys.executable, "-m", "sleuth", *args], cwd=ROOT, env=env, check=True, stdout=subprocess.DEVNULL)
 
 
 def main() -> None:

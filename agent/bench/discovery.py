@@ -17,18 +17,18 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent.bench import PLANNER_HELP, PLANNERS
-from agent.loop import Planner
-from agent.planners.protocol import ProtocolPlanner
-from agent.planners.random_perturb import RandomPerturbationPlanner
-from agent.session import Session
-from tools import stats
-from tools.backends.base import Backends
-from tools.backends.toyworld import CLASS_PROMPT, Oracle, load_backends
-from tools.backends.toyworld.config import World
-from tools.backends.toyworld.null import NullClassifier
-from tools.backends.toyworld.parser import parse
-from tools.cache import PredictionCache
+from sleuth.agent.bench import PLANNER_HELP, PLANNERS
+from sleuth.agent.loop import Planner
+from sleuth.agent.planners.protocol import ProtocolPlanner
+from sleuth.agent.planners.random_perturb import RandomPerturbationPlanner
+from sleuth.agent.session import Session
+from sleuth.tools import stats
+from sleuth.tools.backends.base import Backends
+from sleuth.tools.backends.toyworld import CLASS_PROMPT, Oracle, load_backends
+from sleuth.tools.backends.toyworld.config import World
+from sleuth.tools.backends.toyworld.null import NullClassifier
+from sleuth.tools.backends.toyworld.parser import parse
+from sleuth.tools.cache import PredictionCache
 
 ORACLE_SEED = 1 << 50
 """The oracle's seeds lie beyond every investigation's discovery and confirmation seeds."""

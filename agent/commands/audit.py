@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from agent.cli import UsageError
+from sleuth.agent.cli import UsageError
 
 NAME = "audit"
 HELP = "Audit many classes unattended, under image, time and cost budgets; resumable after a crash."
@@ -45,14 +45,14 @@ def _describe(c: dict[str, Any]) -> str:
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from agent.audit import Audit, AuditError, load, resolve_classes, slug, start
-    from agent.audit_config import load_config
-    from agent.audit_summary import classes_table, findings_table
-    from agent.progress import ProgressBars
-    from agent.rebuild import RebuildError
-    from agent.render import render_event
-    from agent.session import new_run_dir
-    from agent.transcript import TranscriptError
+    from sleuth.agent.audit import Audit, AuditError, load, resolve_classes, slug, start
+    from sleuth.agent.audit_config import load_config
+    from sleuth.agent.audit_summary import classes_table, findings_table
+    from sleuth.agent.progress import ProgressBars
+    from sleuth.agent.rebuild import RebuildError
+    from sleuth.agent.render import render_event
+    from sleuth.agent.session import new_run_dir
+    from sleuth.agent.transcript import TranscriptError
 
     if (args.config is None) == (args.resume is None):
         raise UsageError("give a CONFIG to start an audit, or --resume RUN_DIR to continue one (not both)")

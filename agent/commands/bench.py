@@ -7,7 +7,7 @@ import json
 import time
 from pathlib import Path
 
-from agent.cli import UsageError
+from sleuth.agent.cli import UsageError
 
 NAME = "bench"
 HELP = "Benchmarks: `discovery` (planted-bug recall, false findings, calibration) and `throughput`."
@@ -24,7 +24,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     t.add_argument("--json", action="store_true", help="Print the numbers as JSON.")
     t.set_defaults(_bench_run=run_throughput)
 
-    from agent.bench import PLANNER_HELP, PLANNERS
+    from sleuth.agent.bench import PLANNER_HELP, PLANNERS
 
     d = sub.add_parser(
         "discovery", help="Investigate every class of a world with each planner; score against the oracle.",
@@ -56,8 +56,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def run_throughput(args: argparse.Namespace) -> int:
-    from tools.backends.base import BackendError
-    from tools.backends.toyworld import load_backends
+    from sleuth.tools.backends.base import BackendError
+    from sleuth.tools.backends.toyworld import load_backends
 
     if not 1 <= args.n <= 1_000_000:
         raise UsageError(f"--n must be between 1 and 1000000, got {args.n}")
@@ -104,9 +104,9 @@ def run_discovery(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from agent.bench import PLANNERS
-    from agent.bench.discovery import Calibration, DiscoveryBench
-    from agent.progress import ProgressBars
+    from sleuth.agent.bench import PLANNERS
+    from sleuth.agent.bench.discovery import Calibration, DiscoveryBench
+    from sleuth.agent.progress import ProgressBars
 
     planners = [p.strip() for p in args.planners.split(",") if p.strip()]
     bad = [p for p in planners if p not in PLANNERS]

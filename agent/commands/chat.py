@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from agent.backend_args import add_backend_arguments, backend_config, build_backends, check_backend_args
-from agent.cli import UsageError
-from agent.planner_args import add_planner_arguments, build_llm_planner, check_planner_args
+from sleuth.agent.backend_args import add_backend_arguments, backend_config, build_backends, check_backend_args
+from sleuth.agent.cli import UsageError
+from sleuth.agent.planner_args import add_planner_arguments, build_llm_planner, check_planner_args
 
 NAME = "chat"
 HELP = "Talk to sleuth in the terminal: slash commands drive the tools; with --llm, an LLM plans and answers."
@@ -61,12 +61,12 @@ def _public_url(url: str | None) -> str | None:
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from agent.chat import Chat, ProgressRelay, banner
-    from agent.planners.protocol import ProtocolPlanner
-    from agent.progress import ProgressBars
-    from agent.session import Session, new_run_dir
-    from agent.transcript import TranscriptWriter
-    from tools.registry import ToolError
+    from sleuth.agent.chat import Chat, ProgressRelay, banner
+    from sleuth.agent.planners.protocol import ProtocolPlanner
+    from sleuth.agent.progress import ProgressBars
+    from sleuth.agent.session import Session, new_run_dir
+    from sleuth.agent.transcript import TranscriptWriter
+    from sleuth.tools.registry import ToolError
 
     check_args(args)
     console = Console(highlight=False)
@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
     with ProgressBars(console, enabled=show_bars) as bars:
         backends = build_backends(args, progress=bars.update)
         if args.llm:
-            from agent.llm.client import import_litellm
+            from sleuth.agent.llm.client import import_litellm
 
             import_litellm()  # seconds of imports: better spent here than at the first question
     labels = backends.classifier.labels

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from agent.cli import UsageError
+from sleuth.agent.cli import UsageError
 
 NAME = "classify"
 HELP = "Classify image files with a classifier spec and print the top labels with probabilities."
@@ -44,10 +44,10 @@ def read_image(path: Path) -> np.ndarray:
 
 def load_classifier(spec: str, world: str | None, device: str, dtype: str | None = None) -> Any:
     if spec.split(",")[0].strip() == "toyworld":
-        from tools.backends.toyworld import load_backends
+        from sleuth.tools.backends.toyworld import load_backends
 
         return load_backends(world, device=device).classifier
-    from tools.backends.specs import make_classifier
+    from sleuth.tools.backends.specs import make_classifier
 
     return make_classifier(spec, device=device, dtype=dtype)
 
@@ -60,7 +60,7 @@ def top_labels(logits: np.ndarray, labels: tuple[str, ...], k: int) -> list[list
 
 
 def run(args: argparse.Namespace) -> int:
-    from tools.backends.base import BackendError
+    from sleuth.tools.backends.base import BackendError
 
     if args.top < 1:
         raise UsageError(f"--top must be at least 1, got {args.top}")

@@ -10,9 +10,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agent.backend_args import add_backend_arguments, backend_config, build_backends, check_backend_args
-from agent.cli import UsageError
-from agent.planner_args import add_planner_arguments, attach_session, build_planner, check_planner_args
+from sleuth.agent.backend_args import add_backend_arguments, backend_config, build_backends, check_backend_args
+from sleuth.agent.cli import UsageError
+from sleuth.agent.planner_args import add_planner_arguments, attach_session, build_planner, check_planner_args
 
 NAME = "investigate"
 HELP = "Investigate one class: find failure hypotheses, test, refine, confirm, and record findings."
@@ -90,11 +90,11 @@ def summary(session: Any, result: Any, seconds: float) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from agent.progress import ProgressBars
-    from agent.render import render_event
-    from agent.report_table import findings_table
-    from agent.session import Session, new_run_dir
-    from tools.registry import ToolError
+    from sleuth.agent.progress import ProgressBars
+    from sleuth.agent.render import render_event
+    from sleuth.agent.report_table import findings_table
+    from sleuth.agent.session import Session, new_run_dir
+    from sleuth.tools.registry import ToolError
 
     check_args(args)
     console = Console(stderr=args.json)

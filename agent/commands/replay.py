@@ -19,14 +19,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from agent.cli import UsageError
+from sleuth.agent.cli import UsageError
 
 NAME = "replay"
 HELP = "Render a recorded transcript; --verify re-runs its tool calls; --fork N continues it with another planner."
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from agent.planner_args import add_planner_arguments
+    from sleuth.agent.planner_args import add_planner_arguments
 
     p.add_argument("transcript", help="A transcript.jsonl, or the run directory that holds one (for --verify: any "
                                       "folder; every transcript under it is verified).")
@@ -105,8 +105,8 @@ def _numbered(line: int, renderable: Any) -> Any:
 def _render(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from agent.render import render_event
-    from agent.transcript import TranscriptError, read_transcript
+    from sleuth.agent.render import render_event
+    from sleuth.agent.transcript import TranscriptError, read_transcript
 
     path = resolve(args.transcript)
     try:
@@ -138,9 +138,9 @@ def _render(args: argparse.Namespace) -> int:
 def _verify(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from agent.progress import ProgressBars
-    from agent.rebuild import RebuildError, backend_specs, backends_from_config, verify_run
-    from agent.transcript import TranscriptError, read_transcript
+    from sleuth.agent.progress import ProgressBars
+    from sleuth.agent.rebuild import RebuildError, backend_specs, backends_from_config, verify_run
+    from sleuth.agent.transcript import TranscriptError, read_transcript
 
     paths = transcripts_under(args.transcript)
     console = Console(width=args.width, highlight=False, stderr=args.json)
@@ -226,14 +226,14 @@ def _print_report(bars: Any, report: Any) -> None:
 def _fork(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from agent.planner_args import build_planner, check_planner_args
-    from agent.planners.replay import ReplayPlanner
-    from agent.progress import ProgressBars
-    from agent.rebuild import RebuildError
-    from agent.render import render_event
-    from agent.resume import fork_point, fork_run
-    from agent.session import new_run_dir
-    from agent.transcript import TranscriptError, read_transcript
+    from sleuth.agent.planner_args import build_planner, check_planner_args
+    from sleuth.agent.planners.replay import ReplayPlanner
+    from sleuth.agent.progress import ProgressBars
+    from sleuth.agent.rebuild import RebuildError
+    from sleuth.agent.render import render_event
+    from sleuth.agent.resume import fork_point, fork_run
+    from sleuth.agent.session import new_run_dir
+    from sleuth.agent.transcript import TranscriptError, read_transcript
 
     source = resolve(args.transcript)
     if args.fork < 1:

@@ -8,7 +8,7 @@ import time
 import webbrowser
 from pathlib import Path
 
-from agent.cli import UsageError
+from sleuth.agent.cli import UsageError
 
 NAME = "report"
 HELP = "Write one self-contained HTML report of a run directory (or a directory of runs)."
@@ -25,7 +25,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from agent.report import ReportError, default_output, write_report
+    from sleuth.agent.report import ReportError, default_output, write_report
 
     out = Path(args.output) if args.output else None
     if out is not None and out.is_dir():

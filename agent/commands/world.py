@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from agent.cli import UsageError
+from sleuth.agent.cli import UsageError
 
 NAME = "world"
 HELP = "Inspect a toyworld config: measure its classifier, planted bugs and decoys."
@@ -38,11 +38,11 @@ def run(args: argparse.Namespace) -> int:
 def run_check(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from agent.progress import ProgressBars
-    from tools.backends.base import BackendError
-    from tools.backends.toyworld import Oracle, load_world
-    from tools.backends.toyworld.captioner import ToyCaptioner
-    from tools.backends.toyworld.classifier import ToyClassifier
+    from sleuth.agent.progress import ProgressBars
+    from sleuth.tools.backends.base import BackendError
+    from sleuth.tools.backends.toyworld import Oracle, load_world
+    from sleuth.tools.backends.toyworld.captioner import ToyCaptioner
+    from sleuth.tools.backends.toyworld.classifier import ToyClassifier
 
     if not 100 <= args.n <= 100_000:
         raise UsageError(f"--n must be between 100 and 100000, got {args.n}")

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from agent.llm.client import ContextTooLong, LLMClient, LLMConfig, LLMError, LLMReply, RawToolCall
-from tools.registry import ToolError
+from sleuth.agent.llm.client import ContextTooLong, LLMClient, LLMConfig, LLMError, LLMReply, RawToolCall
+from sleuth.tools.registry import ToolError
 
 __all__ = ["ContextTooLong", "LLMClient", "LLMConfig", "LLMError", "LLMReply", "RawToolCall", "tool_llm"]
 

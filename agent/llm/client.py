@@ -16,8 +16,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from agent.events import Usage
-from agent.redact import is_secret_key, mask_string, register_secret
+from sleuth.agent.events import Usage
+from sleuth.agent.redact import is_secret_key, mask_string, register_secret
 
 log = logging.getLogger("sleuth.llm")
 

@@ -21,9 +21,9 @@ from typing import Any
 from PIL import Image
 from pydantic import BaseModel, Field
 
-from agent.events import Event, PlannerTurn, ToolCall, ToolReturned, UserMessage
-from agent.llm import summaries as S
-from tools.artifacts import ArtifactStore
+from sleuth.agent.events import Event, PlannerTurn, ToolCall, ToolReturned, UserMessage
+from sleuth.agent.llm import summaries as S
+from sleuth.tools.artifacts import ArtifactStore
 
 Message = dict[str, Any]
 

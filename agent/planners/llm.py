@@ -20,13 +20,13 @@ from importlib import resources
 from string import Template
 from typing import Any, Literal
 
-from agent.events import Event, PlannerTurn, ToolCall, ToolReturned, Usage, UserMessage
-from agent.llm.client import ContextTooLong, LLMClient, LLMError, LLMReply
-from agent.llm.context import ContextConfig, build_messages
-from agent.llm.summaries import expand_refs
-from agent.loop import PlannerError, Turn
-from tools.artifacts import ArtifactStore
-from tools.registry import Registry
+from sleuth.agent.events import Event, PlannerTurn, ToolCall, ToolReturned, Usage, UserMessage
+from sleuth.agent.llm.client import ContextTooLong, LLMClient, LLMError, LLMReply
+from sleuth.agent.llm.context import ContextConfig, build_messages
+from sleuth.agent.llm.summaries import expand_refs
+from sleuth.agent.loop import PlannerError, Turn
+from sleuth.tools.artifacts import ArtifactStore
+from sleuth.tools.registry import Registry
 
 Mode = Literal["investigate", "chat"]
 
@@ -46,7 +46,7 @@ ACT_NUDGE = "Continue the investigation through the tools; call finish with your
 
 
 def load_prompt(name: str) -> str:
-    return resources.files("prompts").joinpath(name).read_text(encoding="utf-8")
+    return resources.files("sleuth.prompts").joinpath(name).read_text(encoding="utf-8")
 
 
 def system_prompt(*, label: str, class_prompt: str, labels: Sequence[str], budget: int | None, alpha: float,

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable, Generator, Sequence
 from typing import Any
 
-from agent.events import Event, ToolCall
-from agent.loop import Turn
+from sleuth.agent.events import Event, ToolCall
+from sleuth.agent.loop import Turn
 
 Results = list[dict[str, Any]]
 Script = Generator[Turn, Results, None]

@@ -12,9 +12,9 @@ import random
 from collections.abc import Generator, Sequence
 from typing import Any
 
-from agent.events import Event, ToolCall
-from agent.loop import Turn
-from agent.planners.protocol import _float
+from sleuth.agent.events import Event, ToolCall
+from sleuth.agent.loop import Turn
+from sleuth.agent.planners.protocol import _float
 
 Results = list[dict[str, Any]]
 

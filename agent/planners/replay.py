@@ -14,13 +14,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from agent.events import Event, PlannerTurn
-from agent.loop import Planner, PlannerError, Turn
+from sleuth.agent.events import Event, PlannerTurn
+from sleuth.agent.loop import Planner, PlannerError, Turn
 
 BUDGET_MODEL = "budget"
 """``model`` of a turn the audit wrote in the planner's place when a budget ran out; never asked of a planner."""
 
-OFFLINE_MODULES = ("agent.planners.protocol", "agent.planners.scripted", "agent.planners.random_perturb")
+OFFLINE_MODULES = ("sleuth.agent.planners.protocol", "sleuth.agent.planners.scripted", "sleuth.agent.planners.random_perturb")
 
 
 def turn_of(event: PlannerTurn) -> Turn:

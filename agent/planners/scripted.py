@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from agent.events import Event
-from agent.loop import PlannerError, Turn
+from sleuth.agent.events import Event
+from sleuth.agent.loop import PlannerError, Turn
 
 Step = Turn | Callable[[Sequence[Event]], Turn]
 

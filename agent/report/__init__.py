@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agent.report.data import ReportError, RunReport, find_transcripts, load_runs
+from sleuth.agent.report.data import ReportError, RunReport, find_transcripts, load_runs
 
 
 def build_report(path: str | Path, *, verify: bool = True, title: str | None = None) -> str:
     """The HTML of the run (or runs) under ``path``; ``ReportError`` for a missing or untrustworthy transcript."""
-    from agent.report.html import render_report
+    from sleuth.agent.report.html import render_report
 
     return render_report(load_runs(path, verify=verify), title=title)
 

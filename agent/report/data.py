@@ -14,10 +14,10 @@ from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError
 
-from agent.events import Event
-from agent.report.nonfinite import restore_non_finite
-from agent.report.tree import Proposal, TreeNode, build_tree
-from tools import (
+from sleuth.agent.events import Event
+from sleuth.agent.report.nonfinite import restore_non_finite
+from sleuth.agent.report.tree import Proposal, TreeNode, build_tree
+from sleuth.tools import (
     caption_failures,
     edit_image,
     generate_and_classify,
@@ -26,9 +26,9 @@ from tools import (
     record_finding,
     stats,
 )
-from tools.common import SampleSummary
-from tools.counterfactual import Flip
-from tools.investigation import normalise_caption
+from sleuth.tools.common import SampleSummary
+from sleuth.tools.counterfactual import Flip
+from sleuth.tools.investigation import normalise_caption
 
 
 class HypothesisTest(BaseModel):
@@ -345,7 +345,7 @@ def find_transcripts(path: str | Path) -> list[Path]:
 
 def load_runs(path: str | Path, *, verify: bool = True) -> list[RunReport]:
     """Every run under ``path`` (see ``find_transcripts``) as report models; ``ReportError`` names a bad file."""
-    from agent.transcript import TranscriptError, read_transcript
+    from sleuth.agent.transcript import TranscriptError, read_transcript
 
     runs = []
     for t in find_transcripts(path):

@@ -13,12 +13,12 @@ from pathlib import Path
 
 from PIL import Image
 
-from agent.report.data import HypothesisTest, PairSet, RunReport
-from agent.report.images import ImageEmbedder, png_uri
-from agent.report.plots import ConfusionPanel, confusion_bars, forest_plot, short_caption
-from agent.report.tree import TreeNode
-from tools import stats
-from tools.investigation import normalise_caption
+from sleuth.agent.report.data import HypothesisTest, PairSet, RunReport
+from sleuth.agent.report.images import ImageEmbedder, png_uri
+from sleuth.agent.report.plots import ConfusionPanel, confusion_bars, forest_plot, short_caption
+from sleuth.agent.report.tree import TreeNode
+from sleuth.tools import stats
+from sleuth.tools.investigation import normalise_caption
 
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,"DejaVu Sans",sans-serif;margin:0 auto;max-width:1240px;padding:16px 24px;

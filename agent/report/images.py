@@ -8,7 +8,7 @@ from pathlib import Path
 
 from PIL import Image, UnidentifiedImageError
 
-from tools.artifacts import ArtifactStore
+from sleuth.tools.artifacts import ArtifactStore
 
 
 class Embedded:

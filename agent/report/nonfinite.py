@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from tools import stats
+from sleuth.tools import stats
 
 
 def _counts(d: Any) -> tuple[int, int] | None:

@@ -12,9 +12,9 @@ import textwrap
 
 from pydantic import BaseModel
 
-from agent.report.data import HypothesisTest
-from tools.common import SampleSummary
-from tools.investigation import normalise_caption
+from sleuth.agent.report.data import HypothesisTest
+from sleuth.tools.common import SampleSummary
+from sleuth.tools.investigation import normalise_caption
 
 VERDICT_COLOURS = {"supported": "#c0392b", "inconclusive": "#e08e0b", "not supported": "#7f8c8d"}
 CONFIRM_COLOUR = "#1f4e79"

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 
 from pydantic import BaseModel, Field
 
-from tools.investigation import normalise_caption
+from sleuth.tools.investigation import normalise_caption
 
 
 class Proposal(BaseModel):

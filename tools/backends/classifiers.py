@@ -14,10 +14,10 @@ from typing import Any
 
 import numpy as np
 
-from tools.backends.base import BackendError, Image, LabelSpace
-from tools.backends.clip import OpenClipModel
-from tools.backends.imagenet import generic_label_space, imagenet_label_space, label_space_from_names
-from tools.backends.loading import (
+from sleuth.tools.backends.base import BackendError, Image, LabelSpace
+from sleuth.tools.backends.clip import OpenClipModel
+from sleuth.tools.backends.imagenet import generic_label_space, imagenet_label_space, label_space_from_names
+from sleuth.tools.backends.loading import (
     batches,
     choose_device,
     choose_dtype,
@@ -311,7 +311,7 @@ class CallableClassifier:
         self._fn = fn
 
     def logits(self, images: Sequence[Image]) -> np.ndarray:
-        from tools.backends.loading import check_images
+        from sleuth.tools.backends.loading import check_images
 
         out = np.asarray(self._fn(check_images(images)), dtype=np.float32)
         if out.shape != (len(images), len(self.labels.labels)):

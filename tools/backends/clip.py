@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from tools.backends.base import BackendError, Image
-from tools.backends.loading import (
+from sleuth.tools.backends.base import BackendError, Image
+from sleuth.tools.backends.loading import (
     batches,
     choose_device,
     choose_dtype,

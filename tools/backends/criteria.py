@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tools.backends.base import BackendError, LabelSpace
+from sleuth.tools.backends.base import BackendError, LabelSpace
 
 CRITERIA = ("top1", "topk", "parent")
 

@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from tools.backends.base import BackendError, Generation
-from tools.backends.clip import ClipChecks
-from tools.backends.loading import (
+from sleuth.tools.backends.base import BackendError, Generation
+from sleuth.tools.backends.clip import ClipChecks
+from sleuth.tools.backends.loading import (
     batches,
     choose_device,
     choose_dtype,

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from tools.backends.base import LabelSpace
+from sleuth.tools.backends.base import LabelSpace
 
 DATA = Path(__file__).parent / "data" / "imagenet_hierarchy.json"
 NUM_CLASSES = 1000

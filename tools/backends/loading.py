@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from tools.backends.base import BackendError, Image
+from sleuth.tools.backends.base import BackendError, Image
 
 DTYPES = {"float32": "float32", "fp32": "float32", "float16": "float16", "fp16": "float16", "half": "float16",
           "bfloat16": "bfloat16", "bf16": "bfloat16"}

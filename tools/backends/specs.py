@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tools.backends.base import BackendError, Backends, Classifier, EditOutcome, Generation
+from sleuth.tools.backends.base import BackendError, Backends, Classifier, EditOutcome, Generation
 
 Progress = Callable[[str, int, int], None]
 
@@ -95,7 +95,7 @@ def make_classifier(text: str, *, device: str = "cpu", dtype: str | None = None)
         arch, weights = spec.parts(2)
         if not arch:
             raise BackendError("torchvision spec needs an architecture, e.g. torchvision:resnet50.")
-        from tools.backends.classifiers import torchvision_classifier
+        from sleuth.tools.backends.classifiers import torchvision_classifier
 
         return torchvision_classifier(arch, weights or None, device=device, dtype=dtype, batch_size=batch)
     if spec.kind == "timm":
@@ -103,28 +103,28 @@ def make_classifier(text: str, *, device: str = "cpu", dtype: str | None = None)
         name, ckpt = spec.parts(2)
         if not name:
             raise BackendError("timm spec needs a model name, e.g. timm:resnet50:/path/ckpt.pth.")
-        from tools.backends.classifiers import timm_classifier
+        from sleuth.tools.backends.classifiers import timm_classifier
 
         return timm_classifier(name, ckpt or None, device=device, dtype=dtype, batch_size=batch)
     if spec.kind == "efficientnet-lite0":
         spec.check_options(COMMON)
-        from tools.backends.classifiers import efficientnet_lite0_classifier
+        from sleuth.tools.backends.classifiers import efficientnet_lite0_classifier
 
         return efficientnet_lite0_classifier(device=device, dtype=dtype, batch_size=batch)
     if spec.kind == "hf":
         spec.check_options(COMMON)
-        from tools.backends.classifiers import hf_classifier
+        from sleuth.tools.backends.classifiers import hf_classifier
 
         return hf_classifier(_need(spec, "hf:PATH"), device=device, dtype=dtype, batch_size=batch)
     if spec.kind == "open_clip":
         spec.check_options(COMMON | {"templates", "quick_gelu"})
-        from tools.backends.classifiers import OpenClipZeroShotClassifier
+        from sleuth.tools.backends.classifiers import OpenClipZeroShotClassifier
 
         return OpenClipZeroShotClassifier(_open_clip(spec, device, dtype),
                                           templates=spec.option("templates", "openai"))
     if spec.kind == "callable":
         spec.check_options(set())
-        from tools.backends.classifiers import CallableClassifier
+        from sleuth.tools.backends.classifiers import CallableClassifier
 
         return CallableClassifier(_need(spec, "callable:module:function"))
     raise BackendError(f"classifier kind {spec.kind!r} needs the toyworld loader.")
@@ -137,7 +137,7 @@ def _need(spec: Spec, example: str) -> str:
 
 
 def _open_clip(spec: Spec, device: str, dtype: str | None) -> Any:
-    from tools.backends.clip import OpenClipModel
+    from sleuth.tools.backends.clip import OpenClipModel
 
     name, pretrained = spec.parts(2)
     if name == "hf-hub":  # the Hub id is the model, not a weights file: open_clip:hf-hub:org/repo
@@ -153,7 +153,7 @@ def _open_clip(spec: Spec, device: str, dtype: str | None) -> Any:
 
 def _captioner(s: Spec, device: str, dtype: str | None) -> Any:
     s.check_options(COMMON | {"beams", "samples", "max_new_tokens", "seed"})
-    from tools.backends.blip_captioner import BlipCaptioner
+    from sleuth.tools.backends.blip_captioner import BlipCaptioner
 
     return BlipCaptioner(_need(s, "blip:PATH"), device=s.option("device", device), dtype=s.option("dtype", dtype),
                          num_beams=s.option("beams", 3, int), num_samples=s.option("samples", 3, int),
@@ -163,8 +163,8 @@ def _captioner(s: Spec, device: str, dtype: str | None) -> Any:
 
 def _editor(spec: Spec, device: str, dtype: str | None, parts: Mapping[str, Any], load: bool) -> Any:
     """The Stable Diffusion editor; ``clip=on`` scores edits with the open_clip embedder's model."""
-    from tools.backends.clip import OpenClipEmbedder
-    from tools.backends.sd_edit.options import editor_from_options
+    from sleuth.tools.backends.clip import OpenClipEmbedder
+    from sleuth.tools.backends.sd_edit.options import editor_from_options
 
     def clip(text: str) -> Any:
         embedder = parts.get("embedder")
@@ -261,7 +261,7 @@ class BackendSpecs(BaseModel):
             _load(parts["captioner"], load)
             tick()
         if specs["embedder"].kind != "toyworld":
-            from tools.backends.clip import OpenClipEmbedder
+            from sleuth.tools.backends.clip import OpenClipEmbedder
 
             s = specs["embedder"]
             s.check_options(COMMON | {"quick_gelu"})
@@ -270,7 +270,7 @@ class BackendSpecs(BaseModel):
             tick()
         toy = None
         if need_toy:
-            from tools.backends.toyworld import load_backends
+            from sleuth.tools.backends.toyworld import load_backends
 
             toy = load_backends(self.world, device=self.device, progress=progress)
             for name in ("classifier", "captioner", "embedder"):
@@ -291,8 +291,8 @@ class BackendSpecs(BaseModel):
                         **{"editor": toy.editor, **parts})
 
     def _generator(self, spec: Spec, parts: Mapping[str, Any], load: bool) -> Any:
-        from tools.backends.clip import ClipChecks, OpenClipEmbedder
-        from tools.backends.diffusers_generator import DiffusersGenerator
+        from sleuth.tools.backends.clip import ClipChecks, OpenClipEmbedder
+        from sleuth.tools.backends.diffusers_generator import DiffusersGenerator
 
         spec.check_options(COMMON | {"steps", "guidance", "height", "width", "negative", "class_token", "class_name",
                                      "checks", "class_top_k", "shift_threshold"})

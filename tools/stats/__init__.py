@@ -24,7 +24,7 @@ Which methods, and why:
 Modules: `rates` (intervals, rate ratios), `comparisons` (exact tests, multiplicity), `sequential` (plans).
 """
 
-from tools.stats.comparisons import (
+from sleuth.tools.stats.comparisons import (
     Comparison,
     McNemar,
     adjust_pvalues,
@@ -32,8 +32,8 @@ from tools.stats.comparisons import (
     fisher_p_greater,
     mcnemar_exact,
 )
-from tools.stats.rates import Rate, RatioCI, binomial_rate, rate_ratio
-from tools.stats.sequential import (
+from sleuth.tools.stats.rates import Rate, RatioCI, binomial_rate, rate_ratio
+from sleuth.tools.stats.sequential import (
     SequentialDecision,
     SequentialPlan,
     Spending,

@@ -11,7 +11,7 @@ from numpy.typing import ArrayLike
 from pydantic import BaseModel, Field
 from scipy import stats as st
 
-from tools.stats.rates import FROZEN, Rate, RatioCI, binomial_rate, check_count, check_counts, rate_ratio
+from sleuth.tools.stats.rates import FROZEN, Rate, RatioCI, binomial_rate, check_count, check_counts, rate_ratio
 
 Alternative = Literal["greater", "less", "two-sided"]
 _ALTERNATIVES = ("greater", "less", "two-sided")

@@ -10,8 +10,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, field_validator
 
-from tools.stats.comparisons import fisher_p_greater
-from tools.stats.rates import FROZEN, check_count, check_counts, rate_ratio
+from sleuth.tools.stats.comparisons import fisher_p_greater
+from sleuth.tools.stats.rates import FROZEN, check_count, check_counts, rate_ratio
 
 Spending = Literal["obrien-fleming", "pocock", "bonferroni"]
 

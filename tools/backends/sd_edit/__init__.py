@@ -4,11 +4,11 @@ prompt-to-prompt through attention processors, LANCE's CLIP quality controls, an
 See docs/editing.md. ``SDEditor`` is the ``Editor`` that ``tools/edit_image`` uses on real models.
 """
 
-from tools.backends.sd_edit.cache import InversionCache, inversion_key
-from tools.backends.sd_edit.controls import EditScores, QualityThresholds, Scorer
-from tools.backends.sd_edit.editor import EditRun, EditSettings, SDEditor, edit_latents
-from tools.backends.sd_edit.inversion import Inversion, InversionSettings, invert, reconstruct
-from tools.backends.sd_edit.p2p import Injection, TokenAlignment, align
+from sleuth.tools.backends.sd_edit.cache import InversionCache, inversion_key
+from sleuth.tools.backends.sd_edit.controls import EditScores, QualityThresholds, Scorer
+from sleuth.tools.backends.sd_edit.editor import EditRun, EditSettings, SDEditor, edit_latents
+from sleuth.tools.backends.sd_edit.inversion import Inversion, InversionSettings, invert, reconstruct
+from sleuth.tools.backends.sd_edit.p2p import Injection, TokenAlignment, align
 
 __all__ = [
     "EditRun",

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from tools.backends.base import Image
-from tools.backends.sd_edit.inversion import Inversion, InversionSettings
+from sleuth.tools.backends.base import Image
+from sleuth.tools.backends.sd_edit.inversion import Inversion, InversionSettings
 
 
 def inversion_key(image: Image, prompt: str, settings: InversionSettings, model_id: str,

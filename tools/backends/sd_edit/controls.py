@@ -23,7 +23,7 @@ from typing import Protocol
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from tools.backends.base import Image
+from sleuth.tools.backends.base import Image
 
 
 class Scorer(Protocol):

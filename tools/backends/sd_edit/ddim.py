@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from tools.backends.base import BackendError, Image
+from sleuth.tools.backends.base import BackendError, Image
 
 PREDICTIONS = ("epsilon", "v_prediction")
 

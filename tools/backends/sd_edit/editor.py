@@ -17,8 +17,8 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from tools.backends.base import BackendError, EditOutcome, Generation, Image
-from tools.backends.loading import (
+from sleuth.tools.backends.base import BackendError, EditOutcome, Generation, Image
+from sleuth.tools.backends.loading import (
     choose_device,
     choose_dtype,
     dtype_tag,
@@ -26,8 +26,8 @@ from tools.backends.loading import (
     quiet_loading,
     resolve_pretrained,
 )
-from tools.backends.sd_edit.cache import InversionCache, inversion_key
-from tools.backends.sd_edit.controls import (
+from sleuth.tools.backends.sd_edit.cache import InversionCache, inversion_key
+from sleuth.tools.backends.sd_edit.controls import (
     QualityThresholds,
     Scorer,
     choose,
@@ -35,7 +35,7 @@ from tools.backends.sd_edit.controls import (
     find_class,
     score_edits,
 )
-from tools.backends.sd_edit.ddim import (
+from sleuth.tools.backends.sd_edit.ddim import (
     DDIMSchedule,
     check_pipeline,
     decode_latents,
@@ -44,8 +44,8 @@ from tools.backends.sd_edit.ddim import (
     sample,
     working_size,
 )
-from tools.backends.sd_edit.inversion import Inversion, InversionSettings, invert
-from tools.backends.sd_edit.p2p import (
+from sleuth.tools.backends.sd_edit.inversion import Inversion, InversionSettings, invert
+from sleuth.tools.backends.sd_edit.p2p import (
     AttentionEdit,
     Injection,
     LocalBlend,

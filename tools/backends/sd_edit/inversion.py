@@ -17,8 +17,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tools.backends.base import Image
-from tools.backends.sd_edit.ddim import (
+from sleuth.tools.backends.base import Image
+from sleuth.tools.backends.sd_edit.ddim import (
     DDIMSchedule,
     encode_image,
     encode_text,

@@ -11,11 +11,11 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from tools.backends.base import BackendError
-from tools.backends.sd_edit.cache import InversionCache
-from tools.backends.sd_edit.controls import QualityThresholds, Scorer
-from tools.backends.sd_edit.editor import EditSettings, SDEditor
-from tools.backends.sd_edit.inversion import InversionSettings
+from sleuth.tools.backends.base import BackendError
+from sleuth.tools.backends.sd_edit.cache import InversionCache
+from sleuth.tools.backends.sd_edit.controls import QualityThresholds, Scorer
+from sleuth.tools.backends.sd_edit.editor import EditSettings, SDEditor
+from sleuth.tools.backends.sd_edit.inversion import InversionSettings
 
 INVERSION = {"steps": "steps", "guidance": "guidance", "null_steps": "null_steps", "null_lr": "null_lr",
              "null_tol": "null_tol"}

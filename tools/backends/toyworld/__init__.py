@@ -10,15 +10,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tools.backends.base import Backends, Vocabulary
-from tools.backends.toyworld.captioner import LIGHTS, PLACES, ToyCaptioner
-from tools.backends.toyworld.classifier import ToyClassifier
-from tools.backends.toyworld.config import World, load_world
-from tools.backends.toyworld.editor import ToyEditor
-from tools.backends.toyworld.embedder import ToyEmbedder
-from tools.backends.toyworld.generator import ToyGenerator
-from tools.backends.toyworld.oracle import CLASS_PROMPT, Oracle, PlantedBug
-from tools.backends.toyworld.train import Progress
+from sleuth.tools.backends.base import Backends, Vocabulary
+from sleuth.tools.backends.toyworld.captioner import LIGHTS, PLACES, ToyCaptioner
+from sleuth.tools.backends.toyworld.classifier import ToyClassifier
+from sleuth.tools.backends.toyworld.config import World, load_world
+from sleuth.tools.backends.toyworld.editor import ToyEditor
+from sleuth.tools.backends.toyworld.embedder import ToyEmbedder
+from sleuth.tools.backends.toyworld.generator import ToyGenerator
+from sleuth.tools.backends.toyworld.oracle import CLASS_PROMPT, Oracle, PlantedBug
+from sleuth.tools.backends.toyworld.train import Progress
 
 __all__ = ["CLASS_PROMPT", "Oracle", "PlantedBug", "World", "load_backends", "load_world", "vocabulary"]
 

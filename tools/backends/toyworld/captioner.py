@@ -13,11 +13,11 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from tools.backends.base import BackendError, Image
-from tools.backends.toyworld.config import World
-from tools.backends.toyworld.nets import AttributeNet, to_tensor
-from tools.backends.toyworld.parser import Lexicon, parse
-from tools.backends.toyworld.train import HEADS, Progress, head_sizes, load_prefixed, state_dicts
+from sleuth.tools.backends.base import BackendError, Image
+from sleuth.tools.backends.toyworld.config import World
+from sleuth.tools.backends.toyworld.nets import AttributeNet, to_tensor
+from sleuth.tools.backends.toyworld.parser import Lexicon, parse
+from sleuth.tools.backends.toyworld.train import HEADS, Progress, head_sizes, load_prefixed, state_dicts
 
 BATCH = 1024
 UNSEEN_WORD_PENALTY = 1.5

@@ -7,10 +7,10 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from tools.backends.base import BackendError, Image, LabelSpace
-from tools.backends.toyworld.config import World
-from tools.backends.toyworld.nets import ClassifierNet, to_tensor
-from tools.backends.toyworld.train import Progress, load_prefixed, state_dicts
+from sleuth.tools.backends.base import BackendError, Image, LabelSpace
+from sleuth.tools.backends.toyworld.config import World
+from sleuth.tools.backends.toyworld.nets import ClassifierNet, to_tensor
+from sleuth.tools.backends.toyworld.train import Progress, load_prefixed, state_dicts
 
 BATCH = 1024
 

@@ -16,7 +16,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from tools.backends.base import BackendError, LabelSpace
+from sleuth.tools.backends.base import BackendError, LabelSpace
 
 ATTRIBUTES = ("background", "colour", "co_object", "co_colour", "lighting", "domain")
 """Scene attributes a caption can name; ``co_colour`` draws from the ``colour`` vocabulary."""
@@ -237,17 +237,17 @@ def _loc(loc: tuple[int | str, ...]) -> str:
 def load_world(path: str | Path | None = None) -> World:
     """Load a world config (YAML or JSON); ``None`` is the packaged default world."""
     if path is None:
-        text = resources.files("tools.backends.toyworld").joinpath("worlds/default.yaml").read_text()
+        text = resources.files("sleuth.tools.backends.toyworld").joinpath("worlds/default.yaml").read_text()
         where = "default"
     else:
         p = Path(path)
         if not p.is_file():
-            packaged = resources.files("tools.backends.toyworld").joinpath(f"worlds/{p.name}.yaml")
+            packaged = resources.files("sleuth.tools.backends.toyworld").joinpath(f"worlds/{p.name}.yaml")
             if p.parent == Path(".") and packaged.is_file():
                 p = Path(str(packaged))
             else:
                 names = sorted(f.name.removesuffix(".yaml") for f in
-                               resources.files("tools.backends.toyworld").joinpath("worlds").iterdir()
+                               resources.files("sleuth.tools.backends.toyworld").joinpath("worlds").iterdir()
                                if f.name.endswith(".yaml"))
                 raise BackendError(f"world config {path}: no such file, and not a packaged world "
                                    f"({', '.join(names)})")

@@ -11,9 +11,9 @@ from dataclasses import replace
 
 import numpy as np
 
-from tools.backends.base import BackendError, EditOutcome, Generation
-from tools.backends.toyworld.generator import META_KEY, ToyGenerator
-from tools.backends.toyworld.parser import ParsedPrompt, Scene, pick, uniforms
+from sleuth.tools.backends.base import BackendError, EditOutcome, Generation
+from sleuth.tools.backends.toyworld.generator import META_KEY, ToyGenerator
+from sleuth.tools.backends.toyworld.parser import ParsedPrompt, Scene, pick, uniforms
 
 ATTRS = ("background", "colour", "co_object", "co_colour", "lighting", "domain")
 

@@ -6,8 +6,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from tools.backends.base import Image
-from tools.backends.toyworld.captioner import ToyCaptioner
+from sleuth.tools.backends.base import Image
+from sleuth.tools.backends.toyworld.captioner import ToyCaptioner
 
 
 class ToyEmbedder:

@@ -6,10 +6,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from tools.backends.base import BackendError, Generation
-from tools.backends.toyworld.config import World
-from tools.backends.toyworld.parser import Lexicon, ParsedPrompt, Scene, parse, sample_scenes
-from tools.backends.toyworld.render import Renderer
+from sleuth.tools.backends.base import BackendError, Generation
+from sleuth.tools.backends.toyworld.config import World
+from sleuth.tools.backends.toyworld.parser import Lexicon, ParsedPrompt, Scene, parse, sample_scenes
+from sleuth.tools.backends.toyworld.render import Renderer
 
 META_KEY = "toyworld"
 

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from tools.backends.base import BackendError, Image, LabelSpace
+from sleuth.tools.backends.base import BackendError, Image, LabelSpace
 
 
 class NullClassifier:

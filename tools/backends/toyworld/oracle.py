@@ -15,13 +15,13 @@ from typing import Any, Literal
 
 import numpy as np
 
-from tools.backends.criteria import failed
-from tools.backends.toyworld.classifier import ToyClassifier
-from tools.backends.toyworld.config import World, load_world
-from tools.backends.toyworld.generator import ToyGenerator
-from tools.backends.toyworld.parser import STOP_WORDS, ParsedPrompt, sample_scenes
-from tools.backends.toyworld.render import Renderer
-from tools.backends.toyworld.train import training_scenes
+from sleuth.tools.backends.criteria import failed
+from sleuth.tools.backends.toyworld.classifier import ToyClassifier
+from sleuth.tools.backends.toyworld.config import World, load_world
+from sleuth.tools.backends.toyworld.generator import ToyGenerator
+from sleuth.tools.backends.toyworld.parser import STOP_WORDS, ParsedPrompt, sample_scenes
+from sleuth.tools.backends.toyworld.render import Renderer
+from sleuth.tools.backends.toyworld.train import training_scenes
 
 CLASS_PROMPT = "a realistic photograph of a {label}"
 Progress = Callable[[str, int, int], None]

@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from tools.backends.base import BackendError
-from tools.backends.toyworld.config import World
+from sleuth.tools.backends.base import BackendError
+from sleuth.tools.backends.toyworld.config import World
 
 STOP_WORDS = frozenset("""
 a an the of it its is are was be being this that there here with without and or in on at by to from next near

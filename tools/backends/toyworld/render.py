@@ -12,9 +12,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from tools.backends.toyworld import shapes, textures
-from tools.backends.toyworld.config import World
-from tools.backends.toyworld.parser import Scene
+from sleuth.tools.backends.toyworld import shapes, textures
+from sleuth.tools.backends.toyworld.config import World
+from sleuth.tools.backends.toyworld.parser import Scene
 
 N_SCALES = 6
 ANGLES = (-14.0, -7.0, 0.0, 7.0, 14.0)

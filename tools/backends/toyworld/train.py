@@ -18,10 +18,10 @@ import torch.nn.functional as F
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from tools.backends.toyworld.config import World
-from tools.backends.toyworld.nets import AttributeNet, ClassifierNet, to_tensor
-from tools.backends.toyworld.parser import ParsedPrompt, Scene, sample_scenes
-from tools.backends.toyworld.render import Renderer
+from sleuth.tools.backends.toyworld.config import World
+from sleuth.tools.backends.toyworld.nets import AttributeNet, ClassifierNet, to_tensor
+from sleuth.tools.backends.toyworld.parser import ParsedPrompt, Scene, sample_scenes
+from sleuth.tools.backends.toyworld.render import Renderer
 
 Progress = Callable[[str, int, int], None]
 HEADS = ("background", "colour", "co_object", "co_colour", "lighting", "domain")
@@ -154,7 +154,7 @@ def cache_dir() -> Path:
 
 
 def shipped_path(world: World) -> Path:
-    return Path(str(resources.files("tools.backends.toyworld").joinpath(f"weights/{world.name}.safetensors")))
+    return Path(str(resources.files("sleuth.tools.backends.toyworld").joinpath(f"weights/{world.name}.safetensors")))
 
 
 def _hash_of(path: Path) -> str | None:

@@ -1,3 +1,0 @@
-from agent.cli import entrypoint
-
-entrypoint()

@@ -1,0 +1,3 @@
+from sleuth.agent.cli import entrypoint
+
+entrypoint()
