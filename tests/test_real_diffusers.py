@@ -11,7 +11,7 @@ import torch
 from tests.test_real_builders import save_open_clip_folder, save_sd_pipeline
 from sleuth.tools.backends.base import BackendError
 from sleuth.tools.backends.diffusers_generator import DiffusersGenerator
-from sleuth.tools.backends.specs import UnavailableEditor, make_backends, parse_spec
+from sleuth.tools.backends.specs import BackendSpecs, UnavailableEditor, make_backends, parse_spec
 
 torch.set_num_threads(2)
 
@@ -74,7 +74,7 @@ def fake_toyworld(monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
     import sys
     import types
 
-    from sleuth.tools.backends.base import Backends, LabelSpace, Vocabulary
+    from sleuth.tools.backends.base import Backends, LabelSpace
 
     class Toy:
         def __init__(self, id: str) -> None:
@@ -86,7 +86,7 @@ def fake_toyworld(monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
     def load_backends(world=None, *, size=64, device="cpu", progress=None):
         calls.append((world, device, progress))
         return Backends(Toy("toy-gen"), Toy("toy-clf"), Toy("toy-cap"), Toy("toy-emb"), Toy("toy-edit"),
-                        vocabulary=Vocabulary(background=["in the snow"]), class_prompt="a toy {label}")
+                        class_prompt="a toy {label}")
 
     monkeypatch.setitem(sys.modules, "sleuth.tools.backends.toyworld", types.SimpleNamespace(load_backends=load_backends))
     return calls
@@ -95,17 +95,17 @@ def fake_toyworld(monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
 def test_generator_spec_and_real_editor(saved_pipeline: Path, fake_toyworld: list[tuple]) -> None:
     spec = parse_spec(f"diffusers:{saved_pipeline},steps=1,guidance=0", "generator")
     assert spec.option("steps", cast=int) == 1
-    b = make_backends(generator=f"diffusers:{saved_pipeline},steps=1,guidance=0,height=32,width=32,batch=2,"
-                                "negative=blurry")
-    gen = b.generator
+    b = BackendSpecs(generator=f"diffusers:{saved_pipeline},steps=1,guidance=0,height=32,width=32,batch=2,"
+                               "negative=blurry").build_parts()
+    gen = b["generator"]
     assert isinstance(gen, DiffusersGenerator)
     assert (gen.num_inference_steps, gen.guidance_scale, gen.height, gen.batch_size) == (1, 0.0, 32, 2)
     assert gen.negative_prompt == "blurry" and gen._pipe is None  # loads on first use
     assert gen.id.startswith(f"diffusers:{saved_pipeline}@") and ":steps=1:cfg=0:size=32x32:" in gen.id
-    assert isinstance(b.editor, UnavailableEditor)
+    assert isinstance(b["editor"], UnavailableEditor)
     with pytest.raises(BackendError, match="sd-edit:PATH"):
-        b.editor.edit(None, "a", "b")  # type: ignore[arg-type]
-    loaded = make_backends(generator=f"diffusers:{saved_pipeline},steps=1", load=True).generator
+        make_backends(generator=f"diffusers:{saved_pipeline},steps=1").editor.edit(None, "a", "b")  # type: ignore
+    loaded = BackendSpecs(generator=f"diffusers:{saved_pipeline},steps=1").build_parts(load=True)["generator"]
     assert loaded._pipe is not None and type(loaded._pipe).__name__ == "StableDiffusionPipeline"
     with pytest.raises(BackendError, match="not found"):
         DiffusersGenerator(str(saved_pipeline / "missing"))
@@ -162,13 +162,14 @@ def test_make_backends_mixes_real_and_toyworld_parts(saved_pipeline: Path, fake_
     toy = make_backends(world="w.yaml", progress=lambda *a: ticks.append(a))
     assert toy.ids == {"generator": "toy-gen", "classifier": "toy-clf", "captioner": "toy-cap",
                        "embedder": "toy-emb", "editor": "toy-edit"}
-    assert toy.class_prompt == "a toy {label}" and toy.vocabulary.background == ["in the snow"]
+    assert toy.class_prompt == "a toy {label}"
     assert ticks == [("loading models", 0, 1), ("loading models", 1, 1)]
     assert fake_toyworld[0][2] is not None  # toyworld gets the progress callback (it may train)
-    mixed = make_backends(generator=f"diffusers:{saved_pipeline},steps=2", world="w.yaml")
-    assert isinstance(mixed.generator, DiffusersGenerator) and mixed.classifier.id == "toy-clf"
-    assert isinstance(mixed.editor, UnavailableEditor)
-    assert mixed.class_prompt == "a realistic photograph of a {label}" and mixed.vocabulary.background == []
+    mixed = BackendSpecs(generator=f"diffusers:{saved_pipeline},steps=2", world="w.yaml").build_parts()
+    assert isinstance(mixed["generator"], DiffusersGenerator) and mixed["classifier"].id == "toy-clf"
+    assert isinstance(mixed["editor"], UnavailableEditor) and "class_prompt" not in mixed
+    assert make_backends(generator=f"diffusers:{saved_pipeline},steps=2", world="w.yaml").class_prompt == \
+        "a realistic photograph of a {label}"
     assert [c[:2] for c in fake_toyworld] == [("w.yaml", "cpu")] * 2
     with pytest.raises(BackendError, match="need a diffusers generator"):
         make_backends(class_tokens={"cat": "x.bin"})
@@ -183,9 +184,9 @@ def test_clip_checks_on_generated_images(saved_pipeline: Path, tmp_path: Path, f
     specs = BackendSpecs(generator=f"diffusers:{saved_pipeline},steps=1,guidance=0,height=32,width=32",
                          embedder=f"open_clip:{folder}", clip_checks="on", clip_class_top_k=1,
                          clip_shift_threshold=1.01)
-    b = specs.build()
-    gen = b.generator
-    assert gen.checks.model is b.embedder.model  # one CLIP for clustering and checking
+    b = specs.build_parts()
+    gen = b["generator"]
+    assert gen.checks.model is b["embedder"].model  # one CLIP for clustering and checking
     assert (gen.checks.class_top_k, gen.checks.shift_threshold) == (1, 1.01)
     assert gen.checks.class_names == ["cat", "tabby cat", "dog"]  # the classifier's label space
     assert ":checks=open_clip:" in gen.id

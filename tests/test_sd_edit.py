@@ -306,8 +306,8 @@ def test_sd_edit_spec(pipe: Any, image: np.ndarray, tmp_path: Path, monkeypatch:
     import sys
     import types
 
-    from sleuth.tools.backends.base import Backends, LabelSpace, Vocabulary
-    from sleuth.tools.backends.specs import make_backends
+    from sleuth.tools.backends.base import Backends, LabelSpace
+    from sleuth.tools.backends.specs import BackendSpecs, make_backends
 
     class Toy:
         def __init__(self, id: str) -> None:
@@ -315,14 +315,14 @@ def test_sd_edit_spec(pipe: Any, image: np.ndarray, tmp_path: Path, monkeypatch:
             self.labels = LabelSpace(("cat", "dog"))
 
     def load_backends(world=None, *, size=64, device="cpu", progress=None):  # noqa: ANN001, ANN202
-        return Backends(Toy("g"), Toy("c"), Toy("cap"), Toy("e"), Toy("ed"), vocabulary=Vocabulary())
+        return Backends(Toy("g"), Toy("c"), Toy("cap"), Toy("e"), Toy("ed"))
 
     monkeypatch.setitem(sys.modules, "sleuth.tools.backends.toyworld", types.SimpleNamespace(load_backends=load_backends))
     pipe.save_pretrained(tmp_path / "sd")
     folder = tmp_path / "sd"
-    b = make_backends(generator=f"diffusers:{folder}", editor=f"sd-edit:{folder},steps=3,null_steps=2,self=0.2/0.6,"
-                                                              f"weight=1.5,image_image=0.6,size={SIZE}")
-    ed = b.editor
+    b = BackendSpecs(generator=f"diffusers:{folder}", editor=f"sd-edit:{folder},steps=3,null_steps=2,"
+                                                             f"self=0.2/0.6,weight=1.5,image_image=0.6,size={SIZE}")
+    ed = b.build_parts()["editor"]
     assert isinstance(ed, SDEditor) and ed._pipe is None and ed.class_names == ["cat", "dog"]
     assert (ed.inversion_settings.steps, ed.inversion_settings.null_steps) == (3, 2)
     assert ed.settings.self_steps == (0.2, 0.6) and ed.settings.edit_word_weight == 1.5

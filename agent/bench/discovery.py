@@ -221,8 +221,7 @@ class Calibration:
             label = labels[i % len(labels)]
             null = NullClassifier(toy.classifier.labels, label, self.failure_rate, salt=i)
             backends = Backends(generator=toy.generator, classifier=null, captioner=toy.captioner,
-                                embedder=toy.embedder, editor=toy.editor, vocabulary=toy.vocabulary,
-                                class_prompt=toy.class_prompt)
+                                embedder=toy.embedder, editor=toy.editor, class_prompt=toy.class_prompt)
             records.append(run_investigation(backends, label, i, self.planner, budget=self.budget,
                                              baseline_n=self.baseline_n,
                                              run_dir=self.root / f"{label.replace(' ', '-')}-s{i}"))

@@ -8,7 +8,7 @@ Images cross this boundary as ``uint8`` RGB arrays of shape ``(H, W, 3)``.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -133,40 +133,119 @@ class Editor(Protocol):
         ...
 
 
-@dataclass
-class Vocabulary:
-    """Words the offline caption perturbations may use, by LANCE edit type."""
+class GeneratorView:
+    """A generator as tools hold it: its id, ``generate``, and the prompt words it cannot render.
 
-    subject: list[str] = field(default_factory=list)
-    object: list[str] = field(default_factory=list)
-    background: list[str] = field(default_factory=list)
-    adjective: list[str] = field(default_factory=list)
-    domain: list[str] = field(default_factory=list)
-    lighting: list[str] = field(default_factory=list)
+    The views below keep the implementation in the closures of their callables, never in an attribute, so nothing
+    reachable from a tool's context leads to what stands behind an interface (for toyworld: the world config with its
+    priors and planted bugs). ``unrendered`` is the text-side feedback a text encoder gives without drawing anything;
+    a generator that cannot tell reports no word.
+    """
+
+    __slots__ = ("cacheable", "generate", "id", "unrendered")
+
+    def __init__(self, impl: Generator) -> None:
+        self.id: str = impl.id
+        self.cacheable: bool = bool(getattr(impl, "cacheable", True))
+        self.generate: Callable[[Sequence[str], Sequence[int]], list[Generation]] = (
+            lambda prompts, seeds: impl.generate(prompts, seeds))
+        check = getattr(impl, "unrendered", None)
+        if callable(check):
+            self.unrendered: Callable[[Sequence[str]], list[tuple[str, ...]]] = (
+                lambda prompts: [tuple(words) for words in check(prompts)])
+        else:
+            self.unrendered = lambda prompts: [() for _ in prompts]
 
 
-@dataclass
+class ClassifierView:
+    """A classifier as tools hold it: id, labels and logits."""
+
+    __slots__ = ("cacheable", "id", "labels", "logits")
+
+    def __init__(self, impl: Classifier) -> None:
+        self.id: str = impl.id
+        self.labels: LabelSpace = impl.labels
+        self.cacheable: bool = bool(getattr(impl, "cacheable", True))
+        self.logits: Callable[[Sequence[Image]], np.ndarray] = lambda images: impl.logits(images)
+
+
+class CaptionerView:
+    """A captioner as tools hold it: id, captions and sentence log-likelihoods."""
+
+    __slots__ = ("captions", "id", "sentence_loglik")
+
+    def __init__(self, impl: Captioner) -> None:
+        self.id: str = impl.id
+        self.captions: Callable[[Sequence[Image], str], list[list[str]]] = (
+            lambda images, class_prompt: impl.captions(images, class_prompt))
+        self.sentence_loglik: Callable[[Sequence[Image], str, str], np.ndarray] = (
+            lambda images, sentence, class_prompt: impl.sentence_loglik(images, sentence, class_prompt))
+
+
+class EmbedderView:
+    """An embedder as tools hold it: id and embed."""
+
+    __slots__ = ("embed", "id")
+
+    def __init__(self, impl: Embedder) -> None:
+        self.id: str = impl.id
+        self.embed: Callable[[Sequence[Image]], np.ndarray] = lambda images: impl.embed(images)
+
+
+class EditorView:
+    """An editor as tools hold it: id and edit."""
+
+    __slots__ = ("edit", "id")
+
+    def __init__(self, impl: Editor) -> None:
+        self.id: str = impl.id
+        self.edit: Callable[[Generation, str, str], EditOutcome] = (
+            lambda generation, source, target: impl.edit(generation, source, target))
+
+
+_VIEWS: dict[str, type] = {"generator": GeneratorView, "classifier": ClassifierView, "captioner": CaptionerView,
+                           "embedder": EmbedderView, "editor": EditorView}
+COMPONENTS = tuple(_VIEWS)
+
+
+def view(slot: str, impl: Any) -> Any:
+    """``impl`` behind the interface view of ``slot`` (a view already is one)."""
+    cls = _VIEWS[slot]
+    return impl if isinstance(impl, cls) else cls(impl)
+
+
 class Backends:
-    """The set of models one investigation runs on."""
+    """The set of models one investigation runs on, as tools see them: every component is a view (above).
 
-    generator: Generator
-    classifier: Classifier
-    captioner: Captioner
-    embedder: Embedder
-    editor: Editor
-    vocabulary: Vocabulary = field(default_factory=Vocabulary)
-    class_prompt: str = "a realistic photograph of a {label}"
+    Built in one place for every backend kind (toyworld, real models, test fakes): whatever is passed in or assigned
+    later is wrapped, so a tool never holds an implementation. Benchmarks and the oracle that need a world's ground
+    truth load the world themselves.
+    """
+
+    __slots__ = ("captioner", "class_prompt", "classifier", "editor", "embedder", "generator")
+    generator: GeneratorView
+    classifier: ClassifierView
+    captioner: CaptionerView
+    embedder: EmbedderView
+    editor: EditorView
+    class_prompt: str
     """Template of the prompt that asks the generator for a class."""
+
+    def __init__(self, generator: Any, classifier: Any, captioner: Any, embedder: Any, editor: Any,
+                 class_prompt: str = "a realistic photograph of a {label}") -> None:
+        for slot, impl in zip(COMPONENTS, (generator, classifier, captioner, embedder, editor)):
+            setattr(self, slot, impl)
+        self.class_prompt = class_prompt
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, view(name, value) if name in _VIEWS else value)
+
+    def __repr__(self) -> str:
+        return f"Backends({', '.join(f'{k}={v!r}' for k, v in self.ids.items())})"
 
     @property
     def ids(self) -> dict[str, str]:
-        return {
-            "generator": self.generator.id,
-            "classifier": self.classifier.id,
-            "captioner": self.captioner.id,
-            "embedder": self.embedder.id,
-            "editor": self.editor.id,
-        }
+        return {slot: getattr(self, slot).id for slot in COMPONENTS}
 
     def prompt_for(self, label: str) -> str:
         return self.class_prompt.format(label=label)

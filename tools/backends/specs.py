@@ -229,12 +229,18 @@ class BackendSpecs(BaseModel):
         return specs
 
     def build(self, progress: Progress | None = None, *, load: bool = False) -> Backends:
-        """The backends; toyworld parts come from ``toyworld.load_backends(world)``.
+        """The backends, as the interface views tools hold; toyworld parts come from ``toyworld.load_backends``.
 
         Real models are checked to be on disk here and otherwise load on first use; ``load=True`` loads them now
         (commands do, so a broken checkpoint is reported before a run starts). ``progress`` gets
         ``("loading models", done, total)`` and is passed on to toyworld, which may train.
         """
+        parts = self.build_parts(progress, load=load)
+        return Backends(**parts)
+
+    def build_parts(self, progress: Progress | None = None, *, load: bool = False) -> dict[str, Any]:
+        """What ``build`` wraps: the real models themselves (toyworld's parts as views) and the class prompt, for
+        whoever configures or inspects the models rather than auditing with them."""
         specs = self.parsed()
         real_generator = specs["generator"].kind != "toyworld"
         # The toyworld editor only edits toyworld images, so it alone does not call for the toy world.
@@ -285,10 +291,9 @@ class BackendSpecs(BaseModel):
             parts["editor"] = UnavailableEditor()
         if need_toy:
             tick()
-        if toy is None or real_generator:
-            return Backends(**parts)
-        return Backends(generator=toy.generator, vocabulary=toy.vocabulary, class_prompt=toy.class_prompt,
-                        **{"editor": toy.editor, **parts})
+        if toy is not None and not real_generator:
+            parts = {"generator": toy.generator, "class_prompt": toy.class_prompt, "editor": toy.editor, **parts}
+        return parts
 
     def _generator(self, spec: Spec, parts: Mapping[str, Any], load: bool) -> Any:
         from sleuth.tools.backends.clip import ClipChecks, OpenClipEmbedder

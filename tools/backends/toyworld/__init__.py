@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sleuth.tools.backends.base import Backends, Vocabulary
-from sleuth.tools.backends.toyworld.captioner import LIGHTS, PLACES, ToyCaptioner
+from sleuth.tools.backends.base import Backends
+from sleuth.tools.backends.toyworld.captioner import ToyCaptioner
 from sleuth.tools.backends.toyworld.classifier import ToyClassifier
 from sleuth.tools.backends.toyworld.config import World, load_world
 from sleuth.tools.backends.toyworld.editor import ToyEditor
@@ -20,25 +20,13 @@ from sleuth.tools.backends.toyworld.generator import ToyGenerator
 from sleuth.tools.backends.toyworld.oracle import CLASS_PROMPT, Oracle, PlantedBug
 from sleuth.tools.backends.toyworld.train import Progress
 
-__all__ = ["CLASS_PROMPT", "Oracle", "PlantedBug", "World", "load_backends", "load_world", "vocabulary"]
-
-
-def vocabulary(world: World) -> Vocabulary:
-    """The world's attribute words, phrased for offline caption perturbation (LANCE edit types)."""
-    voc = world.vocabulary
-    return Vocabulary(
-        subject=["small", "large", "young", "sleeping"],
-        object=[f"a {v.name}" for v in voc.co_object if v.name != "none"],
-        background=[PLACES.get(v.name, f"on the {v.name}").removeprefix("it is ") for v in voc.background],
-        adjective=[v.name for v in voc.colour],
-        domain=["pencil sketch" if v.name == "sketch" else v.name for v in voc.domain if v.name != "photo"],
-        lighting=[LIGHTS[v.name].removeprefix("it is ") for v in voc.lighting if v.name in LIGHTS],
-    )
+__all__ = ["CLASS_PROMPT", "Oracle", "PlantedBug", "World", "load_backends", "load_world"]
 
 
 def load_backends(world: str | Path | World | None = None, *, size: int = 64, device: str = "cpu",
                   progress: Progress | None = None) -> Backends:
-    """All five toyworld backends for ``world`` (a config path, a packaged world name, or None: the default).
+    """All five toyworld backends for ``world`` (a config path, a packaged world name, or None: the default), as the
+    interface views tools hold: nothing in them leads back to the world config.
 
     Networks load on first use; a world without shipped or cached weights trains then (``progress`` is called as
     ``(task, done, total)``) and caches them under ``$SLEUTH_CACHE`` or ``~/.cache/sleuth/toyworld``.
@@ -52,6 +40,5 @@ def load_backends(world: str | Path | World | None = None, *, size: int = 64, de
         captioner=captioner,
         embedder=ToyEmbedder(captioner),
         editor=ToyEditor(generator),
-        vocabulary=vocabulary(w),
         class_prompt=CLASS_PROMPT,
     )

@@ -44,6 +44,10 @@ class ToyGenerator:
             self._parsed[prompt] = parse(prompt, self.world, self._lexicon)
         return self._parsed[prompt]
 
+    def unrendered(self, prompts: Sequence[str]) -> list[tuple[str, ...]]:
+        """The words of each prompt the parser cannot render, without drawing anything (a text encoder's feedback)."""
+        return [tuple(self.parse(p).unrendered) for p in prompts]
+
     def scenes(self, prompts: Sequence[str], seeds: Sequence[int]) -> list[Scene]:
         if len(prompts) != len(seeds):
             raise BackendError(f"generate needs one seed per prompt, got {len(prompts)} prompts and {len(seeds)} seeds")
