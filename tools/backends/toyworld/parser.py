@@ -15,12 +15,14 @@ import numpy as np
 
 from sleuth.tools.backends.base import BackendError
 from sleuth.tools.backends.toyworld.config import World
+from sleuth.tools.backends.toyworld.synonyms import SYNONYMS
 
 STOP_WORDS = frozenset("""
 a an the of it its is are was be being this that there here with without and or in on at by to from next near
 beside behind front under over above below into onto up down some one two very has have having while who which
 what where background backdrop scene shown showing seen looking looks look appears photographed taken style
-setting environment surrounded something thing object kind type sort side close closeup view top
+setting environment surrounded something thing object kind type sort side close closeup view top against among
+around amid during
 """.split())
 
 LATENTS = ("scale", "pose", "x", "y", "texture", "tex_dx", "tex_dy", "noise", "amount", "co_x", "variant", "tint")
@@ -73,11 +75,12 @@ class ParsedPrompt:
 
 
 def _tokens(text: str) -> list[str]:
-    return re.findall(r"[a-z]+", text.lower().replace("-", " "))
+    # A possessive adds nothing a renderer could draw ("a child's drawing" is a drawing).
+    return re.findall(r"[a-z]+", re.sub(r"['\u2019]s\b", "", text.lower()).replace("-", " "))
 
 
 class Lexicon:
-    """The world's words, as token tuples, longest first."""
+    """The world's words and the parser's synonyms of what the renderer can draw, as token tuples, longest first."""
 
     def __init__(self, world: World) -> None:
         self.world = world
@@ -91,12 +94,16 @@ class Lexicon:
         voc = world.vocabulary
         for attr in ("background", "co_object", "lighting", "domain"):
             for v in getattr(voc, attr):
-                for w in [v.name, *v.words] if v.name != "none" else []:
+                extra = SYNONYMS.get(attr, {}).get(v.name, ())
+                for w in [v.name, *v.words, *extra] if v.name != "none" else []:
                     self.values.append((tuple(_tokens(w)), attr, v.name))
         self.colours: dict[str, str] = {}
         for v in voc.colour:
             for w in [v.name, *v.words]:
                 self.colours[w] = v.name
+        for v in voc.colour:  # after the world's own words, which win a clash
+            for w in SYNONYMS["colour"].get(v.name, ()):
+                self.colours.setdefault(w, v.name)
         self.bg_colours: dict[str, list[str]] = {}
         for v in voc.background:
             for w in v.colour_words:
@@ -131,6 +138,8 @@ def parse(prompt: str, world: World, lexicon: Lexicon | None = None) -> ParsedPr
         while i < len(tokens):
             hit = next(((p, c) for p, c in lex.classes if _match(tokens, i, p)), None)
             if hit is not None:
+                if label is not None and hit[1] != label:  # one object per scene: a second class is not drawn
+                    unrendered.extend(t for t in hit[0] if t not in unrendered)
                 label = label or hit[1]
                 i += len(hit[0])
                 continue
@@ -146,8 +155,11 @@ def parse(prompt: str, world: World, lexicon: Lexicon | None = None) -> ParsedPr
                 nxt = next((t for t in tokens[i + 1:] if t not in STOP_WORDS and t not in lex.colours), "")
                 if nxt in lex.co_words and tok in lex.colours:
                     constrain("co_colour", [lex.colours[tok]])
-                elif is_background and tok in lex.bg_colours and nxt not in lex.class_words:
-                    constrain("background", lex.bg_colours[tok])
+                elif is_background and nxt not in lex.class_words:
+                    if tok in lex.bg_colours:
+                        constrain("background", lex.bg_colours[tok])
+                    elif tok not in unrendered:  # a background of a colour no background has: not drawn
+                        unrendered.append(tok)
                 elif tok in lex.colours:
                     constrain("colour", [lex.colours[tok]])
                 i += 1
