@@ -3,11 +3,13 @@
 Images are 8x8 colour patches: the background colour encodes the scene ("snow" white, "grass" green, "sand"
 yellow); a red dot in the corner means the image is a sketch. The classifier fails on a known share of images per
 background: `RATES`. The captioner reads the background colour back (always right), so the tools' logic can be
-checked against exact expectations.
+checked against exact expectations. Like a weak text encoder, the generator reports the words it cannot draw: every
+word outside `WORDS`.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 import numpy as np
@@ -18,13 +20,19 @@ from sleuth.tools.backends.base import (
     EditOutcome,
     Generation,
     LabelSpace,
-    Vocabulary,
 )
 
 LABELS = LabelSpace(("cat", "snow leopard", "dog"), {"cat": "pets", "dog": "pets", "snow leopard": "wild cats"})
 COLOURS = {"snow": (250, 250, 250), "grass": (30, 160, 40), "sand": (220, 200, 90)}
 RATES = {"snow": 0.6, "grass": 0.03, "sand": 0.03}
 PRIORS = {"grass": 0.6, "sand": 0.3, "snow": 0.1}
+WORDS = frozenset({"a", "an", "the", "of", "in", "on", "at", "it", "is", "there", "next", "to", "with", "and", "cat", "snow",
+                   "leopard", "dog", "realistic", "photograph", "photo", "daytime", *COLOURS})
+"""Every word the fake generator can render (or that changes nothing)."""
+
+
+def unrendered(prompt: str) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(w for w in re.findall(r"[a-z]+", prompt.lower()) if w not in WORDS))
 
 
 def _background(prompt: str, rng: np.random.Generator) -> str:
@@ -46,10 +54,12 @@ class FakeGenerator:
             img[:] = COLOURS[bg]
             # The failure draw lives in the pixels so the classifier can read it back deterministically.
             img[0, 0, 0] = 255 if rng.random() < RATES[bg] else 0
-            unrendered = tuple(w for w in ("purple",) if w in p)
-            out.append(Generation(image=img, prompt=p, seed=s, unrendered=unrendered,
+            out.append(Generation(image=img, prompt=p, seed=s, unrendered=unrendered(p),
                                   meta={"background": bg, "fake": True}))
         return out
+
+    def unrendered(self, prompts: Sequence[str]) -> list[tuple[str, ...]]:
+        return [unrendered(p) for p in prompts]
 
 
 class FakeClassifier:
@@ -111,6 +121,4 @@ def fake_backends() -> Backends:
     return Backends(
         generator=FakeGenerator(), classifier=FakeClassifier(), captioner=FakeCaptioner(),
         embedder=FakeEmbedder(), editor=FakeEditor(),
-        vocabulary=Vocabulary(background=["in the snow", "in the grass", "on the sand"], adjective=["white", "orange"],
-                              domain=["pencil sketch", "painting"], object=["a ball"], subject=["small"]),
     )

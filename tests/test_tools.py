@@ -52,7 +52,7 @@ def test_generate_and_classify_counts_failures_with_interval(ctx):
 
 def test_unrendered_words_are_reported(ctx):
     r = call(ctx, "generate_and_classify", prompt=CAT + " with purple stripes", n=10)
-    assert r.summary.unrendered == ["purple"]
+    assert r.summary.unrendered == ["purple", "stripes"]
 
 
 def test_bad_arguments_are_readable_errors(ctx):
@@ -159,17 +159,34 @@ def test_edit_image_pairs_and_refuses_unknown_images(ctx):
 
 def test_perturb_caption_keeps_the_class_and_refines(ctx):
     caption = "a realistic photograph of a cat. it is in the grass. it is daytime."
-    r = call(ctx, "perturb_caption", caption=caption, types=["background", "domain", "adjective"], n=2)
+    r = call(ctx, "perturb_caption", caption=caption, types=["background", "domain", "adjective"], n=2,
+             rendered_only=False)
     kinds = {e.type for e in r.edits}
     assert kinds == {"background", "domain", "adjective"}
     assert all("cat" in e.caption for e in r.edits)
     bg = [e for e in r.edits if e.type == "background"]
-    assert all("grass" not in e.caption for e in bg) and len(bg) == 2
+    # The place the caption names is swapped, whatever preposition the caption used ("in the grass").
+    assert len(bg) == 2 and any(e.edit.startswith("in the grass -> ") for e in bg)
     singles = [e.caption for e in r.refinements if e.type == "single_sentence"]
     assert singles == ["a realistic photograph of a cat. it is in the grass.",
                        "a realistic photograph of a cat. it is daytime."]
     with pytest.raises(ToolError, match="class"):
         call(ctx, "perturb_caption", caption="a photo of a dog")
+
+
+def test_perturb_caption_leaves_out_what_the_generator_cannot_render(ctx):
+    # The fake generator draws snow, grass and sand backgrounds and nothing else (tests/fakeworld.py).
+    r = call(ctx, "perturb_caption", caption=CAT, types=["background", "adjective", "domain"], n=100,
+             refinements=False)
+    from sleuth.tools.perturb_caption import new_words
+    from tests.fakeworld import unrendered
+
+    kept = {e.caption for e in r.edits}
+    assert {CAT + " in the snow.", CAT + " on the grass."} <= kept and CAT + " on a beach." not in kept
+    # Every edit kept adds a word the generator draws ("a grainy photo of": photo); none is all unrendered words.
+    assert all(new_words(CAT, c) - set(unrendered(c)) for c in kept)
+    assert "+ made of wood" in r.not_rendered and "+ at night" in r.not_rendered
+    assert len(r.edits) + len(r.not_rendered) > 100  # the general vocabulary, whatever the models
 
 
 def test_perturb_caption_with_llm_validates_the_reply(ctx):

@@ -1,44 +1,53 @@
 """Perturb a caption into new hypotheses that keep the class (LANCE), and refine it (Wiles et al.).
 
-LANCE edit types: subject (how the class object looks), object (another object in the scene), background,
-adjective (colours), domain (image style). Refinements: each sentence alone with the class prompt, and the caption
-with its adjectives dropped — the shortest caption that keeps an effect is the clearest finding. Offline the edits
-come from a vocabulary (the backend set's, or a built-in one modelled on the Dataset Interfaces shifts); with an LLM
-configured they come from the LLM and are validated. Edits that drop the class or name another class are rejected.
+LANCE edit types: subject (the class object's size, age, pose, viewpoint), object (another object in the scene),
+background (place, weather, lighting), adjective (colour, material), domain (image style). Refinements: each sentence
+alone with the class prompt, and the caption with its adjectives dropped — the shortest caption that keeps an effect
+is the clearest finding. Offline the edits come from a general vocabulary (Dataset Interfaces shift families and
+LANCE edit types, the same whatever the models); with an LLM configured they come from the LLM and are validated.
+Edits that drop the class or name another class are rejected; edits whose new words the generator reports it cannot
+render are left out, since they would test nothing.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from importlib import resources
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError
 
-from sleuth.tools.backends.base import Vocabulary
 from sleuth.tools.common import investigation
 from sleuth.tools.investigation import join_sentences, split_sentences
 from sleuth.tools.registry import ToolError
+from sleuth.tools.vocabulary import ALL_TYPES, EditType, Group, PerturbationVocabulary, general_vocabulary
 
 NAME = "perturb_caption"
 
-EditType = Literal["subject", "object", "background", "adjective", "domain"]
-ALL_TYPES: tuple[EditType, ...] = ("subject", "object", "background", "adjective", "domain")
+__all__ = ["ALL_TYPES", "Args", "Edit", "EditType", "Result", "run"]
+
+FUNCTION_WORDS = frozenset({
+    "a", "an", "the", "of", "in", "on", "at", "to", "by", "with", "from", "for", "into", "onto", "under", "over",
+    "near", "next", "beside", "behind", "among", "against", "and", "or", "it", "its", "is", "are", "there", "this",
+    "that", "as",
+})
+"""Words an edit may add without changing what is drawn: an edit whose other new words are all unrendered is a no-op."""
 
 
 class Args(BaseModel):
     caption: str = Field(description="The caption to perturb; it must name the class under audit.")
     types: list[EditType] = Field(default_factory=lambda: list(ALL_TYPES), description="LANCE edit types wanted.")
-    n: int = Field(2, ge=1, le=20, description="Most edits per type.")
+    n: int = Field(2, ge=1, le=100, description="Most edits per type.")
     refinements: bool = Field(True, description="Also return Wiles et al.'s refinements (single sentences, "
                                                 "adjectives dropped).")
+    rendered_only: bool = Field(True, description="Leave out edits whose new words the generator reports it cannot "
+                                                  "render (they would test nothing).")
 
 
 class Edit(BaseModel):
     type: str = Field(description="LANCE type, or 'single_sentence' / 'drop_adjectives' for refinements.")
-    edit: str = Field(description="What changed, e.g. 'snow -> sand'.")
+    edit: str = Field(description="What changed, e.g. 'in a kitchen -> in a garden'.")
     caption: str
 
 
@@ -47,76 +56,151 @@ class Result(BaseModel):
     edits: list[Edit]
     refinements: list[Edit]
     rejected: list[str] = Field(default_factory=list, description="Proposed captions refused, with the reason.")
+    not_rendered: list[str] = Field(default_factory=list,
+                                    description="Edits left out because the generator cannot render their new words.")
     source: str = Field(description="'vocabulary' or 'llm'.")
 
 
-def builtin_vocabulary() -> Vocabulary:
-    data = json.loads(resources.files("sleuth.prompts").joinpath("perturbations.json").read_text())
-    return Vocabulary(**{k: v for k, v in data.items() if not k.startswith("_")})
+# -- offline edits from the general vocabulary ---------------------------------------------------------------
 
 
 def _rotation(caption: str, kind: str, words: list[str]) -> list[str]:
-    """The vocabulary in a stable, caption-dependent order, so different captions try different words."""
+    """The phrases in a stable, caption-dependent order, so different captions try different phrases first."""
     if not words:
         return []
     h = int(hashlib.sha256(f"{kind}|{caption}".encode()).hexdigest(), 16) % len(words)
     return words[h:] + words[:h]
 
 
-def _find(words: list[str], text: str) -> str | None:
-    for w in sorted(words, key=len, reverse=True):
-        if re.search(rf"\b{re.escape(w)}\b", text, flags=re.IGNORECASE):
-            return w
+def _find(phrases: list[str] | tuple[str, ...], text: str) -> str | None:
+    """The longest phrase present in ``text`` as whole words, as written in ``text``."""
+    for p in sorted(phrases, key=len, reverse=True):
+        m = re.search(rf"\b{re.escape(p)}\b", text, flags=re.IGNORECASE)
+        if m:
+            return m.group(0)
     return None
 
 
 def _swap(caption: str, old: str, new: str) -> str:
-    return re.sub(rf"\b{re.escape(old)}\b", new, caption, count=1, flags=re.IGNORECASE)
+    return re.sub(rf"\b{re.escape(old)}\b", lambda _: new, caption, count=1, flags=re.IGNORECASE)
 
 
-def vocabulary_edits(caption: str, label: str, vocab: Vocabulary, types: list[EditType], n: int) -> list[Edit]:
+def _article(word: str) -> str:
+    return "an" if word[:1].lower() in "aeiou" else "a"
+
+
+def _noun_phrase(caption: str, label: str) -> re.Match[str] | None:
+    """The first '<article> <modifiers> <label>' of the caption (modifiers: up to four words, no articles)."""
+    mods = r"(?:(?!(?:a|an|the|of)\b)[\w'-]+\s+){0,4}?"
+    return re.search(rf"\b(?P<art>a|an|the)\s+(?P<mods>{mods})(?P<label>{re.escape(label)})\b", caption,
+                     flags=re.IGNORECASE)
+
+
+def _with_modifier(caption: str, label: str, word: str) -> str | None:
+    """``word`` inserted right before the class noun, the article made to agree."""
+    m = _noun_phrase(caption, label)
+    if m is None:
+        return None
+    art = m.group("art")
+    if not m.group("mods") and art.lower() in ("a", "an"):
+        art = _article(word)
+    return f"{caption[:m.start()]}{art} {m.group('mods')}{word} {caption[m.start('label'):]}"
+
+
+def _present_modifier(caption: str, label: str, phrases: tuple[str, ...]) -> str | None:
+    m = _noun_phrase(caption, label)
+    if m is not None and m.group("mods"):
+        found = _find(phrases, m.group("mods"))
+        if found:
+            return found
+    after = re.search(rf"\b(?:{re.escape(label)}|it)\s+is\s+(.+?)(?:[.;]|$)", caption, flags=re.IGNORECASE)
+    return _find(phrases, after.group(1)) if after else None
+
+
+RELATIONS = ("next to", "in front of", "in", "on", "at", "under", "by", "near", "beside", "behind", "with", "among",
+             "against", "during", "inside", "over", "above", "below")
+"""Prepositions that may open a place or object phrase: captions say "in the grass" where a phrase says "on"."""
+_RELATION = "|".join(re.escape(r) for r in sorted(RELATIONS, key=len, reverse=True))
+
+
+def _core(phrase: str) -> str:
+    """'next to a bicycle' -> 'bicycle', 'in a snowy field' -> 'snowy field': what a caption may name its own way."""
+    core = re.sub(rf"^(?:(?:{_RELATION})\s+)?(?:(?:a|an|the)\s+)?", "", phrase, flags=re.IGNORECASE)
+    return core or phrase
+
+
+def _present_suffix(caption: str, label: str, phrases: tuple[str, ...]) -> re.Match[str] | None:
+    """Where the caption already names one of ``phrases`` (with whatever relation and article), longest first;
+    never inside the class name ('snow' is no place in 'a snow leopard')."""
+    spans = [m.span() for m in re.finditer(rf"\b{re.escape(label)}\b", caption, flags=re.IGNORECASE)]
+    for core in sorted({_core(p) for p in phrases}, key=len, reverse=True):
+        for m in re.finditer(rf"(?:\b(?P<rel>{_RELATION})\s+)?(?:\b(?:a|an|the)\s+)?\b{re.escape(core)}\b", caption,
+                             flags=re.IGNORECASE):
+            if not any(m.start() < end and start < m.end() for start, end in spans):
+                return m
+    return None
+
+
+def _without_relation(phrase: str) -> str:
+    """'next to a bicycle' -> 'a bicycle', 'wearing a hat' -> 'a hat': for a caption that names the object in a
+    relation of its own ("there is a person next to it")."""
+    m = re.search(r"\b(?:a|an|the)\s+.+$", phrase, flags=re.IGNORECASE)
+    return m.group(0) if m else re.sub(rf"^(?:{_RELATION})\s+", "", phrase, flags=re.IGNORECASE)
+
+
+def _group_edits(caption: str, label: str, group: Group) -> list[Edit]:
     sentences = split_sentences(caption)
-    edits: list[Edit] = []
-
-    def swap_or_add(kind: str, words: list[str], add: str) -> None:
-        present = _find(words, caption)
-        made = 0
-        for w in _rotation(caption, kind, [w for w in words if w != present]):
-            if made == n:
-                break
-            if present is not None:
-                edits.append(Edit(type=kind, edit=f"{present} -> {w}", caption=_swap(caption, present, w)))
+    head = sentences[0] if sentences else caption
+    phrases = list(group.phrases)
+    out: list[Edit] = []
+    if group.slot == "prefix":
+        m = re.match(rf"\s*(?P<pre>.+?\bof)\s+(?:a|an|the)\s+(?:[\w'-]+\s+){{0,4}}?{re.escape(label)}\b", head,
+                     flags=re.IGNORECASE)
+        for p in _rotation(caption, group.name, phrases):
+            if m is None:
+                out.append(Edit(type=group.type, edit=f"+ {p}", caption=join_sentences([f"{p} {head}", *sentences[1:]])))
+            elif p.lower() != m.group("pre").lower():
+                out.append(Edit(type=group.type, edit=f"{m.group('pre')} -> {p}",
+                                caption=caption[:m.start("pre")] + p + caption[m.end("pre"):]))
+    elif group.slot == "modifier":
+        present = _present_modifier(caption, label, group.phrases)
+        for p in _rotation(caption, group.name, phrases):
+            if present is None:
+                inserted = _with_modifier(caption, label, p)
+                if inserted is not None:
+                    out.append(Edit(type=group.type, edit=f"+ {p}", caption=inserted))
+            elif p.lower() != present.lower():
+                out.append(Edit(type=group.type, edit=f"{present} -> {p}", caption=_swap(caption, present, p)))
+    else:
+        found = _present_suffix(caption, label, group.phrases)
+        for p in _rotation(caption, group.name, phrases):
+            if found is None:
+                new, what = join_sentences([f"{head} {p}", *sentences[1:]]), f"+ {p}"
+            elif _core(p).lower() == _core(found.group(0)).lower():
+                continue
             else:
-                edits.append(Edit(type=kind, edit=f"+ {w}", caption=join_sentences([*sentences, add.format(w=w)])))
-            made += 1
+                # "it is in the grass" -> "it is on a beach"; "there is a person next to it" -> "there is a dog ...";
+                # "underwater" -> "on a beach"
+                bare_noun = not found.group("rel") and re.match(r"(?:a|an|the)\s", found.group(0), flags=re.IGNORECASE)
+                repl = _without_relation(p) if bare_noun else p
+                new, what = caption[:found.start()] + repl + caption[found.end():], f"{found.group(0)} -> {repl}"
+            out.append(Edit(type=group.type, edit=what, caption=new))
+    return out
 
+
+def vocabulary_edits(caption: str, label: str, vocab: PerturbationVocabulary, types: list[EditType]) -> list[Edit]:
+    """Every single-phrase edit of the requested types; within a type, the groups take turns."""
+    edits: list[Edit] = []
     for kind in types:
-        if kind == "background":
-            swap_or_add(kind, vocab.background + vocab.lighting, "it is {w}")
-        elif kind == "object":
-            swap_or_add(kind, vocab.object, "there is {w} next to it")
-        elif kind == "adjective":
-            present = _find(vocab.adjective, caption)
-            for w in _rotation(caption, kind, [w for w in vocab.adjective if w != present])[:n]:
-                new = (_swap(caption, present, w) if present is not None
-                       else re.sub(rf"\b(a|an|the) {re.escape(label)}\b", rf"\1 {w} {label}", caption, count=1))
-                edits.append(Edit(type=kind, edit=f"{present or ''} -> {w}".strip(), caption=new))
-        elif kind == "domain":
-            present = _find(vocab.domain + ["realistic photograph", "photograph", "photo"], sentences[0])
-            for w in _rotation(caption, kind, [w for w in vocab.domain if w != present])[:n]:
-                if present is None:
-                    new = join_sentences([f"a {w} of {sentences[0]}", *sentences[1:]])
-                else:
-                    new = _swap(caption, present, w)
-                edits.append(Edit(type=kind, edit=f"{present or ''} -> {w}".strip(), caption=new))
-        elif kind == "subject":
-            for w in _rotation(caption, kind, vocab.subject)[:n]:
-                new = re.sub(rf"\b(a|an|the) {re.escape(label)}\b", rf"\1 {w} {label}", caption, count=1)
-                edits.append(Edit(type=kind, edit=f"+ {w}", caption=new))
+        queues = [_group_edits(caption, label, g) for g in vocab.of_type(kind)]
+        while any(queues):
+            for q in queues:
+                if q:
+                    edits.append(q.pop(0))
     return [e for e in edits if e.caption != caption]
 
 
-def refinements(caption: str, vocab: Vocabulary) -> list[Edit]:
+def refinements(caption: str, vocab: PerturbationVocabulary) -> list[Edit]:
     """Wiles et al.'s rewrites: each sentence alone with the class sentence; adjectives dropped."""
     sentences = split_sentences(caption)
     out: list[Edit] = []
@@ -124,8 +208,9 @@ def refinements(caption: str, vocab: Vocabulary) -> list[Edit]:
         for s in sentences[1:]:
             out.append(Edit(type="single_sentence", edit=f"keep only {s!r}", caption=join_sentences([sentences[0], s])))
     stripped = caption
-    for adj in vocab.adjective:
-        stripped = re.sub(rf"\b{re.escape(adj)}\s+", "", stripped, flags=re.IGNORECASE)
+    adjectives = [p for g in vocab.groups if g.slot == "modifier" for p in g.phrases]
+    for adj in sorted(adjectives, key=len, reverse=True):
+        stripped = re.sub(rf"\b{re.escape(adj)}\s+(?=\w)", "", stripped, flags=re.IGNORECASE)
     if stripped != caption:
         out.append(Edit(type="drop_adjectives", edit="adjectives dropped", caption=stripped))
     return out
@@ -140,6 +225,15 @@ def check(caption: str, label: str, labels: tuple[str, ...]) -> str | None:
         if other != label and other.lower() not in label.lower() and re.search(rf"\b{re.escape(other.lower())}\b", text):
             return f"names another class {other!r}"
     return None
+
+
+def new_words(before: str, after: str) -> set[str]:
+    """Content words ``after`` has that ``before`` lacks."""
+    old = set(re.findall(r"[a-z]+", before.lower()))
+    return {w for w in re.findall(r"[a-z]+", after.lower()) if w not in old and w not in FUNCTION_WORDS}
+
+
+# -- edits proposed by an LLM --------------------------------------------------------------------------------
 
 
 class _LLMReply(BaseModel):
@@ -168,21 +262,37 @@ def run(args: Args, ctx: object) -> Result:
     labels = inv.labels.labels
     if check(args.caption, label, labels) is not None:
         raise ToolError(f"the caption must name the class {label!r} and no other class: {args.caption!r}")
-    vocab = inv.backends.vocabulary
-    if not any([vocab.background, vocab.object, vocab.adjective, vocab.domain, vocab.subject]):
-        vocab = builtin_vocabulary()
+    vocab = general_vocabulary()
     llm = getattr(ctx, "llm", None)
     if llm is not None:
         proposed, source = llm_edits(llm, args.caption, label, labels, args.types, args.n), "llm"
     else:
-        proposed, source = vocabulary_edits(args.caption, label, vocab, args.types, args.n), "vocabulary"
-    kept: list[Edit] = []
+        proposed, source = vocabulary_edits(args.caption, label, vocab, args.types), "vocabulary"
+    candidates: list[Edit] = []
     rejected: list[str] = []
     for e in proposed:
         why = check(e.caption, label, labels)
         if why is None:
-            kept.append(e)
+            candidates.append(e)
         else:
             rejected.append(f"{e.caption!r}: {why}")
+    not_rendered: list[str] = []
+    if args.rendered_only and candidates:
+        unrendered = inv.backends.generator.unrendered([e.caption for e in candidates])
+        kept = []
+        for e, missing in zip(candidates, unrendered):
+            added = new_words(args.caption, e.caption)
+            if not added or added - set(missing):
+                kept.append(e)
+            else:
+                not_rendered.append(e.edit)
+        candidates = kept
+    per_type: dict[str, int] = {}
+    edits: list[Edit] = []
+    for e in candidates:
+        if per_type.get(e.type, 0) < args.n:
+            per_type[e.type] = per_type.get(e.type, 0) + 1
+            edits.append(e)
     refs = refinements(args.caption, vocab) if args.refinements else []
-    return Result(caption=args.caption, edits=kept, refinements=refs, rejected=rejected, source=source)
+    return Result(caption=args.caption, edits=edits, refinements=refs, rejected=rejected, not_rendered=not_rendered,
+                  source=source)
