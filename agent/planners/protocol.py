@@ -1,9 +1,11 @@
 """The offline protocol planner: Wiles et al.'s procedure, LANCE perturbations and counterfactual confirmation.
 
-baseline -> caption failures -> measure each hypothesis (largest clusters first; sequential tests stop early for
-futility, so weak hypotheses cost little) -> refine the supported ones to the shortest caption that keeps the effect
--> test the mechanism (counterfactual edits of class images; a LANCE perturbation of the attribute as a control)
--> confirm on fresh seeds -> record -> finish. Deterministic: the same results give the same turns.
+baseline -> caption failures, and screen every single-attribute perturbation of the class prompt the generator can
+render (a few images each, no test) -> measure each caption hypothesis and the perturbations that screened worst
+(sequential tests stop early for futility, so weak hypotheses cost little) -> refine the supported ones to the
+shortest caption that keeps the effect -> test the mechanism (counterfactual edits of class images; a LANCE
+perturbation of the attribute as a control) -> confirm on fresh seeds -> record -> finish. Deterministic: the same
+results give the same turns.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any
 
 from sleuth.agent.events import Event, ToolCall
 from sleuth.agent.loop import Turn
+from sleuth.agent.planners.screening import content_key, screened, select
 
 Results = list[dict[str, Any]]
 Script = Generator[Turn, Results, None]
@@ -81,9 +84,12 @@ class ProtocolPlanner:
     explore_types = ("background", "domain", "object", "adjective")
 
     def __init__(self, label: str, class_prompt: str, *, baseline_n: int = 1000, max_hypotheses: int = 6,
-                 max_refine: int = 8, max_n: int = 800, explore_n: int = 12, explore_max_n: int = 400,
-                 explore_first_n: int = 50, explore: bool = True, refine: bool = True,
-                 counterfactual: bool = True, name: str = "protocol") -> None:
+                 max_refine: int = 8, max_n: int = 800, explore_n: int = 100, screen_n: int = 30,
+                 explore_top: int = 24, explore_max_n: int = 400, explore_first_n: int = 50, explore: bool = True,
+                 refine: bool = True, counterfactual: bool = True, name: str = "protocol") -> None:
+        """``explore_n``: perturbations per edit type asked of perturb_caption (100: every one the generator can
+        render); each is screened on ``screen_n`` images and the ``explore_top`` that fail most (one per failure mode
+        first) are tested, with sequential looks from ``explore_first_n`` up to ``explore_max_n`` images."""
         self.name = name
         self.explore = explore
         self.refine = refine
@@ -95,6 +101,8 @@ class ProtocolPlanner:
         self.max_refine = max_refine
         self.max_n = max_n
         self.explore_n = explore_n
+        self.screen_n = screen_n
+        self.explore_top = explore_top
         self.explore_max_n = explore_max_n
         self.explore_first_n = explore_first_n
         self._script: Script | None = None
@@ -155,25 +163,40 @@ class ProtocolPlanner:
                    if s["failures"]["k"] > 0 else "There are no failures to caption. ")
                 + ("Attributes that are rare among the class's natural images rarely show up among its failures, so I "
                    "also perturb the class prompt one attribute at a time (LANCE: background, domain, co-occurring "
-                   "object, colour) and test each perturbation as a hypothesis of its own." if self.explore else ""),
+                   "object, adjective) with every phrase of the general vocabulary the generator can render."
+                   if self.explore else ""),
                 *calls,
             )
         caps = results[0] if s["failures"]["k"] > 0 else {}
         pert = results[-1] if self.explore else {}
         hyps = self._unique(caps.get("hypotheses", []))[: self.max_hypotheses]
         kinds = {e["caption"]: e["type"] for e in pert.get("edits", [])}
-        explore = list(kinds)
-        seen = {" ".join(h["caption"].lower().split()) for h in hyps}
-        explore = [c for c in explore if " ".join(c.lower().split()) not in seen]
+        seen = {content_key(h["caption"]) for h in hyps}
+        candidates = [c for c in kinds if content_key(c) not in seen]
+        explore: list[str] = []
+        if candidates:
+            screens = yield self._turn(
+                f"perturb_caption proposes {len(candidates)} single-attribute perturbations the generator can render "
+                f"(and left out {len(pert.get('not_rendered', []))} it cannot). Testing them all would spend the "
+                f"budget and enlarge the family every p-value is corrected over, so I first screen each on "
+                f"{self.screen_n} images: a look, not a test. Then I test on fresh seeds the {self.explore_top} that "
+                "fail most often, taking the strongest of each kind of failure (edit type, wrong label) first.",
+                *[self._call("generate_and_classify", prompt=c, n=self.screen_n) for c in candidates],
+            )
+            base_rate = s["failures"]["k"] / max(s["failures"]["n"], 1)
+            looks = [x for c, r in zip(candidates, screens) if (x := screened(c, kinds[c], r)) is not None]
+            explore = [x.caption for x in select(looks, base_rate, self.explore_top)]
         if not hyps and not explore:
-            yield self._finish(f"Baseline {_pct(s['failures'])}; no caption cluster and no perturbation to test.")
+            yield self._finish(f"Baseline {_pct(s['failures'])}; no caption cluster and no perturbation that screened "
+                               "above the baseline to test.")
             return
         listing = "; ".join(f"{h['caption']!r} ({h['n_images']} images, predicted {h['predicted_label']})"
                             for h in hyps) or "none"
         measured = yield self._turn(
             f"{len(hyps)} caption hypotheses, largest cluster first: {listing}. And {len(explore)} single-attribute "
-            "perturbations. I measure each on fresh seeds against the baseline; sequential stopping spends few "
-            "images on hypotheses that show no effect, and every p-value is adjusted over the whole family.",
+            "perturbations that screened above the baseline. I measure each on fresh seeds against the baseline; "
+            "sequential stopping spends few images on hypotheses that show no effect, and every p-value is adjusted "
+            "over the whole family.",
             *[self._call("measure_rate", caption=h["caption"], target_label=h["predicted_label"], max_n=self.max_n)
               for h in hyps],
             *[self._call("measure_rate", caption=c, max_n=self.explore_max_n, first_n=self.explore_first_n)
@@ -185,7 +208,7 @@ class ProtocolPlanner:
             if "error" not in r:
                 tested[c] = {**r, "_target": target or _top_confusion(r)}
         supported = _spread([r for r in tested.values() if r["verdict"] == "supported"],
-                            lambda r: kinds.get(r["caption"], "caption"))
+                            lambda r: f"{kinds.get(r['caption'], 'caption')}/{r['_target']}")
         summary = "; ".join(f"{c!r}: {_ratio(r['rate_ratio'])}, adjusted p={r['adjusted_p']:.2g}"
                             for c, r in tested.items() if r["verdict"] == "supported")
         if not supported:
@@ -194,18 +217,18 @@ class ProtocolPlanner:
             return
 
         findings: list[str] = []
-        done: set[str] = set()
+        done: set[frozenset[str]] = set()
         attempts = 0
         yield self._turn(f"{len(supported)} of {len(tested)} hypotheses are supported after correction: {summary}. "
                          f"I refine and confirm at most {self.max_refine}, taking the strongest of each kind "
-                         "(caption cluster, background, domain, object, colour) in turn, so that one kind of shift "
-                         "does not crowd out the others.")
+                         "(caption cluster or edit type, with the wrong label it leads to) in turn, so that one kind "
+                         "of failure, however it is phrased, does not crowd out the others.")
         for r in supported:
             if attempts == self.max_refine:
                 break
             refined = yield from (self._refine(r, tested) if self.refine and _n_sentences(r["caption"]) > 2
                                   else _same(r))
-            key = " ".join(refined["caption"].lower().split())
+            key = content_key(refined["caption"])  # one hypothesis, however its sentences are joined
             if key in done:
                 continue
             done.add(key)
