@@ -16,7 +16,7 @@ NAME = "generate_and_classify"
 
 
 class Args(BaseModel):
-    prompt: str = Field(description="Text prompt for the generator, e.g. 'a realistic photograph of a cat in the snow'.")
+    prompt: str = Field(description="Text prompt for the generator, e.g. 'a realistic photograph of a bicycle at night'.")
     n: int = Field(100, description="Number of images to generate (fresh seeds).", ge=1, le=5000)
     target_label: str | None = Field(None, description="A label whose hits to count, e.g. the suspected confusion.")
 

@@ -27,7 +27,7 @@ Verdict = Literal["supported", "not supported", "inconclusive"]
 
 
 class Args(BaseModel):
-    caption: str = Field(description="The hypothesis as a caption, e.g. 'a realistic photograph of a cat. it is in the snow.'")
+    caption: str = Field(description="The hypothesis as a caption, e.g. 'a realistic photograph of a bicycle. it is at night.'")
     target_label: str | None = Field(None, description="Suspected confusion label; its hit rate is reported too.")
     confirm: bool = Field(False, description="Re-measure on fresh confirmation seeds (required before record_finding).")
     mode: Literal["sample", "counterfactual"] = Field(
