@@ -1,4 +1,5 @@
-"""`sleuth world check`: the toyworld's measured numbers (accuracy, baselines, planted bugs, decoys, captioner)."""
+"""`sleuth world check`: a toyworld's measured numbers (accuracy, baselines, planted bugs, decoys, captioner);
+`sleuth world random`: write a random world's config."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Any
 from sleuth.agent.cli import UsageError
 
 NAME = "world"
-HELP = "Inspect a toyworld config: measure its classifier, planted bugs and decoys."
+HELP = "Inspect a toyworld config (measure its classifier, planted bugs and decoys), or write a random one."
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -26,12 +27,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                        help="Failure criterion (default top1).")
     check.add_argument("--json", action="store_true", help="Print the numbers as JSON.")
     check.set_defaults(_world_run=run_check)
+    rand = sub.add_parser("random", help="Write a random world config: random priors, planted bugs and decoys.",
+                          description="Write the config of a random world: the default world's classes and vocabularies "
+                                      "with random natural priors, planted bugs on random (class, attribute, value, "
+                                      "confuser) choices over strengths of about 2-20x, and decoys. Its networks train "
+                                      "on first use and are cached by config hash.")
+    rand.add_argument("--seed", type=int, required=True, help="The world's seed: the same seed, the same config.")
+    rand.add_argument("--out", help="File to write (default: standard output).")
+    rand.add_argument("--bugs", type=int, default=5, help="Planted bugs (default 5, at most 6).")
+    rand.add_argument("--decoys", type=int, default=3, help="Decoys (default 3).")
+    rand.set_defaults(_world_run=run_random)
 
 
 def run(args: argparse.Namespace) -> int:
     handler = getattr(args, "_world_run", None)
     if handler is None:
-        raise UsageError("missing sub-command: try `sleuth world check`")
+        raise UsageError("missing sub-command: try `sleuth world check` or `sleuth world random --seed 0`")
     return int(handler(args))
 
 
@@ -61,6 +72,26 @@ def run_check(args: argparse.Namespace) -> int:
         print(json.dumps(report, indent=2))
     else:
         Console().print(render(report))
+    return 0
+
+
+def run_random(args: argparse.Namespace) -> int:
+    from sleuth.tools.backends.toyworld.random_world import random_world, random_world_yaml
+
+    if not 0 <= args.seed < 2**32:
+        raise UsageError(f"--seed must be in [0, 2**32), got {args.seed}")
+    if not 1 <= args.bugs <= 6 or not 0 <= args.decoys <= 6:
+        raise UsageError("--bugs must be between 1 and 6 and --decoys between 0 and 6")
+    world = random_world(args.seed, args.bugs, args.decoys)  # validates
+    if len(world.bugs) < args.bugs:
+        raise UsageError(f"could not place {args.bugs} bugs on distinct classes; try fewer")
+    text = random_world_yaml(args.seed, args.bugs, args.decoys)
+    if args.out:
+        Path(args.out).write_text(text)
+        print(f"{args.out}: world {world.name} ({world.config_hash()}), {len(world.bugs)} bugs, "
+              f"{len(world.decoys)} decoys", file=sys.stderr)
+    else:
+        print(text, end="")
     return 0
 
 
