@@ -156,7 +156,7 @@ def test_tables_hold_every_finding_and_test_with_its_numbers(protocol_run: Sessi
         assert part in row, (part, row)
     # Every measure_rate test is a row, with the p-value adjusted over the final family (as the run ends with).
     tests = dom.row_texts("tests")
-    assert len(tests) == len(inv.tests) == 15
+    assert len(tests) == len(inv.tests) == 12
     [run] = load_runs(protocol_run.run_dir)
     assert [t.test_id for t in run.tests] == [t.id for t in inv.tests]
     for ours, theirs in zip(run.tests, inv.tests):
@@ -164,8 +164,8 @@ def test_tables_hold_every_finding_and_test_with_its_numbers(protocol_run: Sessi
         assert (ours.hypothesis.k, ours.hypothesis.n, ours.baseline.k, ours.baseline.n) == \
             (theirs.k1, theirs.n1, theirs.k0, theirs.n0)
     # The budget is rebuilt from the tool results and matches what the investigation spent.
-    assert run.budget.images_used == inv.budget.used == 5850
-    assert "5,850 of 20,000" in protocol_html
+    assert run.budget.images_used == inv.budget.used == 5190
+    assert "5,190 of 20,000" in protocol_html
 
 
 def test_images_and_plots_are_embedded_png(protocol_html: str) -> None:
@@ -196,13 +196,15 @@ def test_tree_shows_how_the_finding_was_derived(protocol_run: Session) -> None:
     assert sorted(tid for n in nodes for tid in n.tests) == sorted(t.test_id for t in run.tests)
     finding = next(n for n in nodes if n.finding_id == "f1")
     assert finding.caption == f"{CAT}. it is in the snow."
-    assert finding in root.children and finding.relation.startswith("background:")
     kinds = {(run.tests[int(t[1:]) - 1].purpose, run.tests[int(t[1:]) - 1].mode) for t in finding.tests}
     assert kinds == {("discovery", "sample"), ("discovery", "counterfactual"), ("confirmation", "sample")}
-    # The refinement is the child of the two-sentence caption it came from.
-    refined = next(n for n in nodes if n.relation.startswith("refinement"))
-    parent = next(n for n in nodes if refined in n.children)
-    assert parent.caption.startswith(f"{CAT}. it is in the snow. it is daytime")
+    # The finding is the refinement of the two-sentence caption it came from ...
+    assert finding.relation.startswith("refinement")
+    parent = next(n for n in nodes if finding in n.children)
+    assert parent.caption.startswith(f"{CAT}. it is in the snow. it is daytime") and parent in root.children
+    # ... and the same hypothesis as a perturbation of the class prompt is a child of the root.
+    perturbed = next(n for n in root.children if n.caption == f"{CAT} in the snow.")
+    assert perturbed.relation == "background: + in the snow" and perturbed.tests
 
 
 def test_model_text_is_escaped_and_counterfactuals_are_paired(hostile_run: Session) -> None:

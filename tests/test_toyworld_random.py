@@ -10,6 +10,7 @@ import pytest
 
 from sleuth.agent.cli import main
 from sleuth.tools.backends.toyworld import Oracle, load_world
+from sleuth.tools.backends.toyworld.config import Bug, World
 from sleuth.tools.backends.toyworld.random_world import (
     BIAS_RANGE,
     CONFUSER_P,
@@ -21,7 +22,7 @@ from sleuth.tools.backends.toyworld.random_world import (
 SEEDS = range(20)
 
 
-def _bias(world, bug) -> float:  # noqa: ANN001
+def _bias(world: World, bug: Bug) -> float:
     """The bias back from the confuser's departure (p moves a share b from nature to CONFUSER_P)."""
     (attribute, value), = bug.attributes.items()
     nat = dict(zip(world.vocabulary.names(attribute), world.natural(bug.confuser, attribute)))[value]

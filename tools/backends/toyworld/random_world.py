@@ -143,13 +143,13 @@ def random_world_data(seed: int, n_bugs: int = 5, n_decoys: int = 3) -> dict[str
         choices = [v for v in names[attribute] if v != PLAIN.get(attribute)]
         value = choices[int(rng.integers(len(choices)))]
         label = labels[int(rng.integers(len(labels)))]
-        nat = [_natural(data, x, attribute).get(value, 0.0) for x in labels]
-        mine = nat[labels.index(label)]
+        across = [_natural(data, x, attribute).get(value, 0.0) for x in labels]
+        mine = across[labels.index(label)]
         taken = {(d["attribute"], d["value"]) for d in decoys}
         # A decoy is informative where nature ties the value to the class (clearly more common for it than on
         # average); every class then trains with it as often as this class sees it in nature, so the class loses no
         # training images of the value and the value tells nothing about the class.
-        if (attribute, value) in planted | taken or mine < 0.08 or mine < 2 * float(np.mean(nat)):
+        if (attribute, value) in planted | taken or mine < 0.08 or mine < 2 * float(np.mean(across)):
             continue
         decoy = {"name": f"{value} with a {label}", "class": label, "attribute": attribute, "value": value,
                  "caption": _caption(attribute, value, label), "train_prob": round(min(mine, 0.3), 3)}
