@@ -72,12 +72,10 @@ class RandomPerturbationPlanner:
             yield self._finish("Nothing to perturb." if "error" not in base else base["error"])
             return
         pool = list(singles)
-        pairs = []
-        for a in singles:
-            for b in singles:
-                extra = b.split(". ", 1)[1] if ". " in b else ""
-                if a < b and extra and prompt in a and a.startswith(prompt) and b.startswith(prompt):
-                    pairs.append(a.rstrip(".") + ". " + extra)
+        # Pairs join two edits of different types that extend the class prompt ("... at night next to a flower").
+        tails = sorted({(e["type"], t) for e in pert.get("edits", [])
+                        if e["caption"].startswith(prompt) and (t := e["caption"][len(prompt):].strip(" ."))})
+        pairs = [f"{prompt} {a} {b}." for ta, a in tails for tb, b in tails if ta < tb]
         self.rng.shuffle(pool)
         self.rng.shuffle(pairs)
         order = [c for pair in zip(pool, pairs) for c in pair] + pool[len(pairs):] + pairs[len(pool):]
