@@ -50,18 +50,23 @@ def _top_confusion(r: dict[str, Any]) -> str | None:
     return conf[0]["label"] if conf else None
 
 
-def _spread(results: list[dict[str, Any]], kind: Callable[[dict[str, Any]], str]) -> list[dict[str, Any]]:
-    """Round robin over kinds of hypothesis, strongest kind first, each kind in order of its surest effect."""
-    by_kind: dict[str, list[dict[str, Any]]] = {}
-    for r in sorted(results, key=lambda r: -_float(r["rate_ratio"]["low"])):
-        by_kind.setdefault(kind(r), []).append(r)
-    queues = list(by_kind.values())
+def _round_robin(groups: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
-    while any(queues):
-        for q in queues:
+    while any(groups):
+        for q in groups:
             if q:
                 out.append(q.pop(0))
     return out
+
+
+def _spread(results: list[dict[str, Any]], kind: Callable[[dict[str, Any]], str],
+            mode: Callable[[dict[str, Any]], str]) -> list[dict[str, Any]]:
+    """Round robin over kinds of hypothesis, strongest kind first; within a kind, round robin over its failure modes
+    (the wrong label), each in order of its surest effect: a second phrasing of one failure waits for the others."""
+    by_kind: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    for r in sorted(results, key=lambda r: -_float(r["rate_ratio"]["low"])):
+        by_kind.setdefault(kind(r), {}).setdefault(mode(r), []).append(r)
+    return _round_robin([_round_robin(list(modes.values())) for modes in by_kind.values()])
 
 
 def _same(r: dict[str, Any]) -> Generator[Turn, Results, dict]:
@@ -208,7 +213,7 @@ class ProtocolPlanner:
             if "error" not in r:
                 tested[c] = {**r, "_target": target or _top_confusion(r)}
         supported = _spread([r for r in tested.values() if r["verdict"] == "supported"],
-                            lambda r: f"{kinds.get(r['caption'], 'caption')}/{r['_target']}")
+                            lambda r: kinds.get(r["caption"], "caption"), lambda r: str(r["_target"]))
         summary = "; ".join(f"{c!r}: {_ratio(r['rate_ratio'])}, adjusted p={r['adjusted_p']:.2g}"
                             for c, r in tested.items() if r["verdict"] == "supported")
         if not supported:
@@ -221,8 +226,9 @@ class ProtocolPlanner:
         attempts = 0
         yield self._turn(f"{len(supported)} of {len(tested)} hypotheses are supported after correction: {summary}. "
                          f"I refine and confirm at most {self.max_refine}, taking the strongest of each kind "
-                         "(caption cluster or edit type, with the wrong label it leads to) in turn, so that one kind "
-                         "of failure, however it is phrased, does not crowd out the others.")
+                         "(caption cluster, background, domain, object, adjective) in turn, and within a kind a new "
+                         "wrong label before a second phrasing of one already taken, so that one kind of failure "
+                         "does not crowd out the others.")
         for r in supported:
             if attempts == self.max_refine:
                 break
