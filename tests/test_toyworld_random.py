@@ -12,7 +12,7 @@ from sleuth.agent.cli import main
 from sleuth.tools.backends.toyworld import Oracle, load_world
 from sleuth.tools.backends.toyworld.config import Bug, World
 from sleuth.tools.backends.toyworld.random_world import (
-    BIAS_RANGE,
+    BIAS_RANGES,
     CONFUSER_P,
     bias_for_strength,
     random_world,
@@ -53,7 +53,7 @@ def test_bugs_are_valid_and_spread_over_attributes_and_strengths() -> None:
             (attribute, value), = b.attributes.items()
             attributes[attribute] += 1
             assert dict(zip(w.vocabulary.names(attribute), w.natural(b.class_, attribute)))[value] <= 0.3
-            biases.append(_bias(w, b))
+            biases.append((attribute, _bias(w, b)))
             # The class trains with the value less often than nature shows it, the confuser more often.
             assert w.training(b.class_, attribute)[w.vocabulary.names(attribute).index(value)] <= \
                 w.natural(b.class_, attribute)[w.vocabulary.names(attribute).index(value)] + 1e-9
@@ -62,18 +62,19 @@ def test_bugs_are_valid_and_spread_over_attributes_and_strengths() -> None:
     assert set(attributes) == {"background", "co_object", "colour", "lighting", "domain"}
     # A decoy never rescales a bug's attribute against it, so some worlds have fewer than three.
     assert sum(decoys) >= 40 and sum(d > 0 for d in decoys) >= 16, decoys
-    b = np.asarray(biases)
-    assert BIAS_RANGE[0] - 1e-6 <= b.min() and b.max() <= BIAS_RANGE[1] + 1e-6
-    # Log-uniform strengths 2..20x: about a third of the bugs in each third of the bias range.
-    thirds = np.histogram(b, bins=3, range=BIAS_RANGE)[0]
+    # Log-uniform strengths 2..20x: about a third of the bugs in each third of their attribute's bias range.
+    where = np.asarray([(b - BIAS_RANGES[a][0]) / (BIAS_RANGES[a][1] - BIAS_RANGES[a][0]) for a, b in biases])
+    assert where.min() >= -1e-6 and where.max() <= 1 + 1e-6
+    thirds = np.histogram(where, bins=3, range=(0, 1))[0]
     assert all(15 <= t <= 55 for t in thirds), thirds
 
 
 def test_bias_grows_with_the_strength_asked_for() -> None:
     asked = [2.0, 3.0, 5.0, 8.0, 13.0, 20.0]
-    got = [bias_for_strength(s) for s in asked]
-    assert got == sorted(got) and got[0] == BIAS_RANGE[0] and got[-1] == BIAS_RANGE[1]
-    assert bias_for_strength(1.0) == BIAS_RANGE[0] and bias_for_strength(100.0) == BIAS_RANGE[1]
+    for attribute, (lo, hi) in BIAS_RANGES.items():
+        got = [bias_for_strength(s, attribute) for s in asked]
+        assert got == sorted(got) and got[0] == lo and got[-1] == hi
+        assert bias_for_strength(1.0, attribute) == lo and bias_for_strength(100.0, attribute) == hi
 
 
 def test_the_command_writes_a_config_that_loads(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
