@@ -11,9 +11,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from sleuth.agent.config import RunConfig
+from sleuth.agent.session import Session
 from sleuth.tools.backends.base import (
     BackendError,
     Backends,
@@ -21,13 +25,14 @@ from sleuth.tools.backends.base import (
     Generation,
     LabelSpace,
 )
+from sleuth.tools.cache import PredictionCache
 
 LABELS = LabelSpace(("cat", "snow leopard", "dog"), {"cat": "pets", "dog": "pets", "snow leopard": "wild cats"})
 COLOURS = {"snow": (250, 250, 250), "grass": (30, 160, 40), "sand": (220, 200, 90)}
 RATES = {"snow": 0.6, "grass": 0.03, "sand": 0.03}
 PRIORS = {"grass": 0.6, "sand": 0.3, "snow": 0.1}
-WORDS = frozenset({"a", "an", "the", "of", "in", "on", "at", "it", "is", "there", "next", "to", "with", "and", "cat", "snow",
-                   "leopard", "dog", "realistic", "photograph", "photo", "daytime", *COLOURS})
+WORDS = frozenset({"a", "an", "the", "of", "in", "on", "at", "it", "is", "there", "next", "to", "with", "and", "cat",
+                   "snow", "leopard", "dog", "realistic", "photograph", "photo", "daytime", *COLOURS})
 """Every word the fake generator can render (or that changes nothing)."""
 
 
@@ -122,3 +127,10 @@ def fake_backends() -> Backends:
         generator=FakeGenerator(), classifier=FakeClassifier(), captioner=FakeCaptioner(),
         embedder=FakeEmbedder(), editor=FakeEditor(),
     )
+
+
+def new_session(backends: Backends, run_dir: Path, *, cache: PredictionCache | None = None,
+                command: str = "investigate", **settings: Any) -> Session:
+    """A session of the class 'cat' (unless ``settings`` name another) with the given config settings."""
+    config = RunConfig.model_validate({"class": "cat", **settings})
+    return Session(backends=backends, config=config, run_dir=run_dir, cache=cache, command=command)

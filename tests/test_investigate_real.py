@@ -153,8 +153,9 @@ def test_investigate_real_efficientnet_lite0_on_tiny_generator(models: dict[str,
 
 
 def test_backend_flags_to_specs_and_config(tmp_path: Path) -> None:
-    from sleuth.agent.backend_args import backend_config, backend_specs
     from sleuth.agent.cli import build_parser
+    from sleuth.agent.cli.flags import backend_specs, run_config
+    from sleuth.tools.backends.specs import BackendSpecs
 
     (tmp_path / "t.bin").write_bytes(b"")
     args = build_parser().parse_args([
@@ -168,9 +169,6 @@ def test_backend_flags_to_specs_and_config(tmp_path: Path) -> None:
     assert specs.class_tokens == {"tabby cat": str(tmp_path / "t.bin"), "tiger cat": str(tmp_path / "t.bin")}
     assert (specs.clip_checks, specs.clip_class_top_k, specs.clip_shift_threshold) == \
         ("open_clip:ViT-B-32:openai", 5, 0.25)
-    config = backend_config(args)
-    assert config == {"generator": "diffusers:/m/sd,steps=4", "classifier": "efficientnet-lite0",
-                      "captioner": "toyworld", "embedder": "toyworld", "editor": "toyworld", "device": "cuda:1",
-                      "dtype": "bfloat16", "class_tokens": specs.class_tokens,
-                      "clip_checks": "open_clip:ViT-B-32:openai", "clip_shift_threshold": 0.25}
-    json.dumps(config)  # goes into the transcript as is
+    recorded = run_config(args).record()["backends"]
+    assert BackendSpecs.model_validate(recorded) == specs  # what run_started records rebuilds the same backends
+    json.dumps(recorded, allow_nan=False)  # goes into the transcript as is

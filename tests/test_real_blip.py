@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from tests.test_real_builders import BLIP_WORDS, save_blip
 from sleuth.tools.backends.blip_captioner import BlipCaptioner, split_sentences
+from tests.test_real_builders import BLIP_WORDS, save_blip
 
 torch.set_num_threads(2)
 

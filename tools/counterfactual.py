@@ -5,10 +5,12 @@ from __future__ import annotations
 import numpy as np
 from pydantic import BaseModel, Field
 
+from sleuth.tools import stats
 from sleuth.tools.backends.base import BackendError, Generation
 from sleuth.tools.backends.criteria import failed as failed_by_criterion
 from sleuth.tools.investigation import Investigation, Sample
 from sleuth.tools.registry import ToolError
+from sleuth.tools.text import pv
 
 
 class Flip(BaseModel):
@@ -19,6 +21,10 @@ class Flip(BaseModel):
     failed_before: bool
     failed_after: bool
     passed: dict[str, bool] = Field(default_factory=dict, description="Edit-quality filters passed, by name.")
+
+
+def mcnemar_text(m: stats.McNemar) -> str:
+    return f"McNemar: {m.b} flipped to failure, {m.c} back, p={pv(m.p_value)}"
 
 
 def counterfactual_pairs(inv: Investigation, sample: Sample, source: str, target: str) -> tuple[list[Flip], list[bool]]:

@@ -19,8 +19,10 @@ from typing import Any
 from pydantic import BaseModel, Field, ValidationError
 
 from sleuth.tools.common import investigation
+from sleuth.tools.context import ToolContext
 from sleuth.tools.investigation import join_sentences, split_sentences
 from sleuth.tools.registry import ToolError
+from sleuth.tools.text import MAX_ITEMS, Line, quote
 from sleuth.tools.vocabulary import ALL_TYPES, EditType, Group, PerturbationVocabulary, general_vocabulary
 
 NAME = "perturb_caption"
@@ -158,7 +160,8 @@ def _group_edits(caption: str, label: str, group: Group) -> list[Edit]:
                      flags=re.IGNORECASE)
         for p in _rotation(caption, group.name, phrases):
             if m is None:
-                out.append(Edit(type=group.type, edit=f"+ {p}", caption=join_sentences([f"{p} {head}", *sentences[1:]])))
+                out.append(Edit(type=group.type, edit=f"+ {p}",
+                                caption=join_sentences([f"{p} {head}", *sentences[1:]])))
             elif p.lower() != m.group("pre").lower():
                 out.append(Edit(type=group.type, edit=f"{m.group('pre')} -> {p}",
                                 caption=caption[:m.start("pre")] + p + caption[m.end("pre"):]))
@@ -222,7 +225,8 @@ def check(caption: str, label: str, labels: tuple[str, ...]) -> str | None:
     if not re.search(rf"\b{re.escape(label.lower())}\b", text):
         return f"drops the class {label!r}"
     for other in labels:
-        if other != label and other.lower() not in label.lower() and re.search(rf"\b{re.escape(other.lower())}\b", text):
+        named = re.search(rf"\b{re.escape(other.lower())}\b", text)
+        if other != label and other.lower() not in label.lower() and named:
             return f"names another class {other!r}"
     return None
 
@@ -253,17 +257,39 @@ def llm_edits(llm: Any, caption: str, label: str, labels: tuple[str, ...], types
     try:
         return _LLMReply.model_validate_json(text).edits
     except ValidationError as e:
-        raise ToolError(f"the LLM's perturbations were not valid JSON of the expected form: {e.errors()[0]['msg']}")
+        raise ToolError("the LLM's perturbations were not valid JSON of the expected form: "
+                        f"{e.errors()[0]['msg']}") from None
 
 
-def run(args: Args, ctx: object) -> Result:
+def summary(r: Result) -> str:
+    edits = [quote(e.caption) for e in [*r.edits, *r.refinements][:6]]
+    return f"{len(r.edits) + len(r.refinements)} rewrites of {quote(r.caption)}: {'; '.join(edits) or 'none'}"
+
+
+def render(r: Result) -> list[Line]:
+    both = [*r.edits, *r.refinements]
+    lines: list[Line] = [[(f"{len(r.edits)} edits, {len(r.refinements)} refinements ({r.source})", "bold")]]
+    lines += [[(f"{e.type}: ", "key"), (e.edit, "")] for e in both[:MAX_ITEMS]]
+    if len(both) > MAX_ITEMS:
+        lines.append([(f"… +{len(both) - MAX_ITEMS}", "dim")])
+    if r.rejected:
+        lines.append([(f"{len(r.rejected)} refused (dropped the class or named another)", "dim")])
+    return lines
+
+
+def replayable(r: Result) -> bool:
+    """Edits a language model proposed cannot be made again offline (they change no state, so they need not be)."""
+    return r.source != "llm"
+
+
+def run(args: Args, ctx: ToolContext) -> Result:
     inv = investigation(ctx)
     label = inv.label
     labels = inv.labels.labels
     if check(args.caption, label, labels) is not None:
         raise ToolError(f"the caption must name the class {label!r} and no other class: {args.caption!r}")
     vocab = general_vocabulary()
-    llm = getattr(ctx, "llm", None)
+    llm = ctx.llm
     if llm is not None:
         proposed, source = llm_edits(llm, args.caption, label, labels, args.types, args.n), "llm"
     else:

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
 
+from sleuth.tools import generate_and_classify
 from sleuth.tools.perturb_caption import FUNCTION_WORDS
 
 
@@ -37,14 +37,12 @@ def content_key(caption: str) -> frozenset[str]:
     return frozenset(w for w in re.findall(r"[a-z]+", caption.lower()) if w not in FUNCTION_WORDS)
 
 
-def screened(caption: str, edit_type: str, result: dict[str, Any]) -> Screened | None:
+def screened(caption: str, edit_type: str, result: object) -> Screened | None:
     """A generate_and_classify result as a screen, or None if the call failed."""
-    if "error" in result:
+    if not isinstance(result, generate_and_classify.Result):
         return None
-    s = result["summary"]
-    conf = s.get("confusions") or []
-    return Screened(caption, edit_type, int(s["failures"]["k"]), int(s["failures"]["n"]),
-                    conf[0]["label"] if conf else None)
+    s = result.summary
+    return Screened(caption, edit_type, s.failures.k, s.failures.n, s.confusions[0].label if s.confusions else None)
 
 
 def select(screens: list[Screened], baseline_rate: float, top: int) -> list[Screened]:

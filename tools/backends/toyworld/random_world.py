@@ -5,8 +5,9 @@ on random (class, attribute, value, confuser) choices. Each bug has one *bias* b
 training set departs from nature: the class keeps a share 1 - b of its natural p(value) (b = 1: never seen with it)
 and the confuser's p(value) moves a share b of the way from nature to ``CONFUSER_P``. The failure-rate ratio the
 oracle measures grows with b (same class, value and confuser); biases are drawn from target strengths spread
-log-uniformly over 2-20x, through a per-attribute map calibrated on measured worlds. Decoys make an attribute whose natural frequency differs between classes equally frequent for every class in
-the training set, so the classifier should ignore it. Everything follows from the seed.
+log-uniformly over 2-20x, through a per-attribute map calibrated on measured worlds. Decoys make an attribute whose
+natural frequency differs between classes equally frequent for every class in the training set, so the classifier
+should ignore it. Everything follows from the seed.
 """
 
 from __future__ import annotations
@@ -184,6 +185,7 @@ def random_world(seed: int, n_bugs: int = 5, n_decoys: int = 3) -> World:
 
 
 def random_world_yaml(seed: int, n_bugs: int = 5, n_decoys: int = 3) -> str:
-    head = (f"# toyworld random world {seed}: the default world's classes and vocabularies with random natural priors,\n"
+    head = (f"# toyworld random world {seed}: the default world's classes and vocabularies with random natural "
+            "priors,\n"
             f"# {n_bugs} planted bugs and {n_decoys} decoys (`sleuth world random --seed {seed}`).\n")
     return head + yaml.safe_dump(random_world_data(seed, n_bugs, n_decoys), sort_keys=False, width=120)

@@ -40,7 +40,8 @@ SYNONYMS: dict[str, dict[str, tuple[str, ...]]] = {
     },
     "domain": {
         "photo": ("photographs", "photos", "snapshot", "photography", "polaroid"),
-        "sketch": ("drawn", "draw", "child drawing", "children drawing", "line drawing", "line art", "charcoal drawing", "ink drawing", "doodle",
+        "sketch": ("drawn", "draw", "child drawing", "children drawing", "line drawing", "line art",
+                   "charcoal drawing", "ink drawing", "doodle",
                    "engraving", "etching", "woodcut", "graphite", "crayon drawing", "outline"),
         "painting": ("paint", "paintings", "oil paint", "acrylic", "gouache", "watercolours", "watercolors",
                      "artwork", "canvas", "illustration", "cartoon"),

@@ -1,0 +1,120 @@
+"""`sleuth world check`: a toyworld's measured numbers (accuracy, baselines, planted bugs, decoys, captioner);
+`sleuth world random`: write a random world's config."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from sleuth.agent.errors import UsageError
+
+NAME = "world"
+HELP = "Inspect a toyworld config (measure its classifier, planted bugs and decoys), or write a random one."
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(dest="world_command", metavar="SUBCOMMAND")
+    check = sub.add_parser("check", help="Measure accuracy, class baselines, bug and decoy rates, captioner accuracy.",
+                           description="Measure accuracy, class baselines, bug and decoy rates (paired seeds) and "
+                                       "the captioner's attribute accuracy.")
+    check.add_argument("--world", help="World config file (YAML or JSON); default: the embedded world.")
+    check.add_argument("--n", type=int, default=2000, help="Images per condition (default 2000).")
+    check.add_argument("--seed", type=int, default=7_000_000, help="First image seed (default 7000000).")
+    check.add_argument("--criterion", choices=["top1", "topk", "parent"], default="top1",
+                       help="Failure criterion (default top1).")
+    check.add_argument("--json", action="store_true", help="Print the numbers as JSON.")
+    check.set_defaults(_world_run=run_check)
+    rand = sub.add_parser(
+        "random", help="Write a random world config: random priors, planted bugs and decoys.",
+        description="Write the config of a random world: the default world's classes and vocabularies with random "
+                    "natural priors, planted bugs on random (class, attribute, value, confuser) choices over strengths "
+                    "of about 2-20x, and decoys. Its networks train on first use and are cached by config hash.")
+    rand.add_argument("--seed", type=int, required=True, help="The world's seed: the same seed, the same config.")
+    rand.add_argument("--out", help="File to write (default: standard output).")
+    rand.add_argument("--bugs", type=int, default=5, help="Planted bugs (default 5, at most 6).")
+    rand.add_argument("--decoys", type=int, default=3, help="Decoys (default 3).")
+    rand.set_defaults(_world_run=run_random)
+
+
+def run(args: argparse.Namespace) -> int:
+    handler = getattr(args, "_world_run", None)
+    if handler is None:
+        raise UsageError("missing sub-command: try `sleuth world check` or `sleuth world random --seed 0`")
+    return int(handler(args))
+
+
+def run_check(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from sleuth.agent.terminal.progress import ProgressBars
+    from sleuth.tools.backends.base import BackendError
+    from sleuth.tools.backends.toyworld import Oracle, load_world
+    from sleuth.tools.backends.toyworld.captioner import ToyCaptioner
+    from sleuth.tools.backends.toyworld.classifier import ToyClassifier
+
+    if not 100 <= args.n <= 100_000:
+        raise UsageError(f"--n must be between 100 and 100000, got {args.n}")
+    if args.world and not Path(args.world).is_file():
+        raise UsageError(f"world config not found: {args.world}")
+    console = Console(stderr=True)
+    try:
+        world = load_world(args.world)
+        with ProgressBars(console, enabled=sys.stderr.isatty()) as bars:
+            oracle = Oracle(world, ToyClassifier(world, progress=bars.update))
+            report = oracle.check(args.n, args.seed, args.criterion, progress=bars.update,
+                                  captioner=ToyCaptioner(world, progress=bars.update))
+    except BackendError as e:
+        raise UsageError(str(e)) from None
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        Console().print(render(report))
+    return 0
+
+
+def run_random(args: argparse.Namespace) -> int:
+    from sleuth.tools.backends.toyworld.random_world import random_world, random_world_yaml
+
+    if not 0 <= args.seed < 2**32:
+        raise UsageError(f"--seed must be in [0, 2**32), got {args.seed}")
+    if not 1 <= args.bugs <= 6 or not 0 <= args.decoys <= 6:
+        raise UsageError("--bugs must be between 1 and 6 and --decoys between 0 and 6")
+    world = random_world(args.seed, args.bugs, args.decoys)  # validates
+    if len(world.bugs) < args.bugs:
+        raise UsageError(f"could not place {args.bugs} bugs on distinct classes; try fewer")
+    text = random_world_yaml(args.seed, args.bugs, args.decoys)
+    if args.out:
+        Path(args.out).write_text(text)
+        print(f"{args.out}: world {world.name} ({world.config_hash()}), {len(world.bugs)} bugs, "
+              f"{len(world.decoys)} decoys", file=sys.stderr)
+    else:
+        print(text, end="")
+    return 0
+
+
+def render(report: dict[str, Any]) -> Any:
+    from rich.console import Group
+    from rich.table import Table
+
+    head = (f"world {report['world']} ({report['config_hash']}): in-distribution accuracy "
+            f"{report['accuracy']:.3f}, {report['n_per_condition']} images per condition, {report['criterion']}")
+    classes = Table("class", "baseline failure rate", title="class baselines")
+    for c in report["classes"]:
+        classes.add_row(c["name"], f"{c['k']}/{c['n']} = {c['baseline_rate']:.3f}")
+    bugs = Table("kind", "name", "class", "baseline", "rate", "ratio", "confused with", title="planted bugs and decoys")
+    for kind in ("bugs", "decoys"):
+        for b in report[kind]:
+            label = b.get("strength") if kind == "bugs" else "decoy"
+            bugs.add_row(label, b["name"], b["class"], f"{b['baseline_rate']:.3f}", f"{b['rate']:.3f}",
+                         f"{b['ratio']:.1f}x", b.get("most_confused_with") or "")
+    parts: list[Any] = [head, classes, bugs]
+    cap = report.get("captioner")
+    if cap:
+        t = Table("condition", *cap["accuracy"].keys(), title="captioner attribute accuracy")
+        for name, acc in [("all", cap["accuracy"]), *cap["by_condition"].items()]:
+            t.add_row(name, *(f"{v:.2f}" for v in acc.values()))
+        parts.append(t)
+    return Group(*parts)
