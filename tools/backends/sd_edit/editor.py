@@ -116,7 +116,8 @@ def edit_latents(pipe: Any, inversion: Inversion, target: str, injections: Seque
         if settings.local_blend and alignment.mode != "same":
             blend = LocalBlend(alignment.source_changed, alignment.target_changed,
                                threshold=settings.blend_threshold, start=round(settings.blend_start * n))
-        control = AttentionEdit(alignment, chunk, n, equalizer=equalizer, self_max_tokens=self_max, blend=blend)
+        control = AttentionEdit(alignment, chunk, n, equalizer=equalizer, self_max_tokens=self_max, blend=blend,
+                                guided=inversion.settings.guidance != 1.0)
         cond = encode_text(pipe, [source] + [target] * len(chunk)).float()
         with controlled(pipe.unet, control):
             x = sample(pipe, schedule, inversion.latent, cond, inversion.nulls, inversion.settings.guidance,
