@@ -230,7 +230,9 @@ class SDEditor:
         sweep: list[dict[str, Any]] = []
         pick = 0
         if self.scorer is not None:
-            cands = score_edits(self.scorer, image, decoded[1:], source_caption, target_caption, a.removed, a.added)
+            # Against the reconstruction (row 0), as LANCE scores: the inversion's error is not the edit's.
+            cands = score_edits(self.scorer, decoded[0], decoded[1:], source_caption, target_caption, a.removed,
+                                a.added)
             pick = choose(cands, self.thresholds)
             scores = {f"clip_{k}": v for k, v in cands[pick].model_dump().items() if v is not None}
             passed = cands[pick].passed(self.thresholds)
