@@ -88,3 +88,29 @@ def test_gradients_survive_float16(pipe: Any) -> None:
     assert float((plain16 == 0).float().mean()) > 0.99  # measured 1.00: the unscaled gradient is gone
     assert float((g16 == 0).float().mean()) < 0.01  # measured 0.00
     assert float((g16 - g32).norm() / g32.norm()) < 0.05  # measured 0.012
+
+
+def test_the_precision_check_script(pipe: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """scripts/check_null_text_precision.py, the GPU measurement docs/editing.md asks for, on the tiny model (CPU,
+    float32 and bfloat16 here: float16 on a CPU is slow, and its gradients are checked above)."""
+    import importlib.util
+    import json
+
+    from PIL import Image
+
+    pipe.save_pretrained(tmp_path / "sd")
+    Image.fromarray(tiny_image(pipe, PROMPT, seed=1)).save(tmp_path / "photo.png")
+    spec = importlib.util.spec_from_file_location("check", Path(__file__).parents[1] / "scripts" /
+                                                  "check_null_text_precision.py")
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    assert script.main(["--model", str(tmp_path / "sd"), "--image", str(tmp_path / "photo.png"), "--prompt", PROMPT,
+                        "--device", "cpu", "--dtypes", "float32,bfloat16", "--size", str(SIZE), "--steps", "3",
+                        "--null-steps", "3", "--null-lr", "0.1"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["dtype"] for r in rows] == ["float32", "bfloat16"]
+    for r in rows:
+        assert r["null_text_mse"] < 0.5 * r["plain_ddim_mse"], r
+        assert r["zero_gradient_share"] < 0.01, r
+    assert rows[1]["null_text_mse"] == pytest.approx(rows[0]["null_text_mse"], rel=0.5)
