@@ -33,8 +33,9 @@ def test_the_official_schedule() -> None:
         lr, tol = null_schedule(i, 50, s)
         assert lr == pytest.approx(1e-2 * (1 - i / 100), rel=1e-12)
         assert tol == pytest.approx(1e-5 + i * 2e-5, rel=1e-12)
-    # Other step counts keep the shape: half the learning rate, +1e-3 tolerance, by the end.
+    # Other step counts keep the shape: half the learning rate, 101 times the tolerance, by the end.
     assert null_schedule(5, 10, s) == pytest.approx((0.0075, 1e-5 + 5e-4))
+    assert null_schedule(49, 50, s.model_copy(update={"null_tol": 0.0}))[1] == 0.0  # 0: never stop early
 
 
 def test_the_loop_follows_the_schedule_and_steps_before_it_stops(pipe: Any, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -10,8 +10,8 @@
 
 The schedule is the official one (google/prompt-to-prompt's notebook, written there for 50 steps): Adam's learning
 rate decays from ``null_lr`` to half of it over the steps (``1e-2 * (1 - i / 100)``), and step ``i`` stops early
-once its loss is below ``null_tol`` plus a tolerance that grows by ``2e-5`` a step at 50 steps (later, less noisy
-steps matter less to the image). Gradients are taken of a scaled loss: in float16 the mean squared error's
+once its loss is below a tolerance that grows from ``null_tol`` (``1e-5 + 2e-5 * i`` at 50 steps): later steps,
+which change the image less, get fewer iterations. Gradients are taken of a scaled loss: in float16 the mean squared error's
 gradients (``2 r / N`` for a residual ``r`` over ``N`` latent values, ~1e-8 near convergence) flush to zero
 inside the UNet, and the embedding stops moving.
 """
@@ -47,8 +47,9 @@ class InversionSettings(BaseModel):
     null_lr: float = Field(0.01, gt=0, description="Adam learning rate of null-text optimisation at the first step; "
                                                    "it decays to half of it by the last (the official schedule).")
     null_tol: float = Field(1e-5, ge=0, description="Stop the first step's optimisation once its latent MSE is below "
-                                                    "this; later steps stop earlier (official schedule: +2e-5 a "
-                                                    "step at 50 steps).")
+                                                    "this; later steps stop earlier, the last at 101 times it "
+                                                    "(official schedule: 1e-5 + 2e-5 a step at 50 steps); 0: never "
+                                                    "stop early.")
 
 
 @dataclass
@@ -89,9 +90,10 @@ def ddim_invert(pipe: Any, schedule: DDIMSchedule, z0: Any, cond: Any) -> list[A
 
 def null_schedule(i: int, steps: int, settings: InversionSettings) -> tuple[float, float]:
     """Adam's learning rate and the early-stop tolerance at step ``i`` of ``steps`` (the official schedule: at 50
-    steps, ``1e-2 * (1 - i / 100)`` and ``1e-5 + i * 2e-5``)."""
+    steps, ``1e-2 * (1 - i / 100)`` and ``1e-5 + i * 2e-5``). The tolerance grows in proportion to ``null_tol``
+    (to 101 times it by the last step), so ``null_tol=0`` runs every Adam iteration of every step."""
     frac = i / steps
-    return settings.null_lr * (1.0 - frac / 2.0), settings.null_tol + frac * 1e-3
+    return settings.null_lr * (1.0 - frac / 2.0), settings.null_tol * (1.0 + 100.0 * frac)
 
 
 class StepLoss:
