@@ -248,6 +248,10 @@ class AttentionEdit:
         uncond, cond = p[:(halves - 1) * rows], list(p[(halves - 1) * rows:].unbind(0))
         src = cond[0]
         if is_cross:
+            if self.blend is not None and self.blend.wants(self.step):
+                # Each row's own maps, before injection (as AttentionStore records them): a swapped-in word's
+                # region is where the target row puts that word, not where the source put the word it replaces.
+                self.blend.record(torch.stack(cond))
             injected = None
             eq = self.equalizer.to(src.device, src.dtype)
             for r, until in enumerate(self.cross_until, start=1):
@@ -256,8 +260,6 @@ class AttentionEdit:
                         injected = src @ self.alignment.mapper.to(src.device, src.dtype)
                     a = self.alignment.alpha.to(src.device, src.dtype)
                     cond[r] = (a * injected + (1 - a) * cond[r]) * eq
-            if self.blend is not None and self.blend.wants(self.step):
-                self.blend.record(torch.stack(cond))
         elif self.self_max_tokens is None or src.shape[1] <= self.self_max_tokens:
             for r, until in enumerate(self.self_until, start=1):
                 if self.step < until:
