@@ -93,7 +93,7 @@ def test_gradients_survive_float16(pipe: Any) -> None:
 
 def test_the_precision_check_script(pipe: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """scripts/check_null_text_precision.py, the GPU measurement docs/editing.md asks for, on the tiny model (CPU,
-    float32 and bfloat16 here: float16 on a CPU is slow, and its gradients are checked above)."""
+    float32 only here: float16 on a CPU is slow, and its gradients are checked above)."""
     import importlib.util
     import json
 
@@ -107,11 +107,10 @@ def test_the_precision_check_script(pipe: Any, tmp_path: Path, capsys: pytest.Ca
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
     assert script.main(["--model", str(tmp_path / "sd"), "--image", str(tmp_path / "photo.png"), "--prompt", PROMPT,
-                        "--device", "cpu", "--dtypes", "float32,bfloat16", "--size", str(SIZE), "--steps", "3",
+                        "--device", "cpu", "--dtypes", "float32", "--size", str(SIZE), "--steps", "3",
                         "--null-steps", "3", "--null-lr", "0.1"]) == 0
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    assert [r["dtype"] for r in rows] == ["float32", "bfloat16"]
-    for r in rows:
-        assert r["null_text_mse"] < 0.5 * r["plain_ddim_mse"], r
-        assert r["zero_gradient_share"] < 0.01, r
-    assert rows[1]["null_text_mse"] == pytest.approx(rows[0]["null_text_mse"], rel=0.5)
+    (r,) = rows
+    assert r["dtype"] == "float32" and r["seconds"] > 0
+    assert r["null_text_mse"] < 0.5 * r["plain_ddim_mse"], r  # null-text optimisation did its work
+    assert r["zero_gradient_share"] < 0.01, r
