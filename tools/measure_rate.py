@@ -56,6 +56,8 @@ class Result(BaseModel):
     measurement_id: str | None = None
     verdict: Verdict
     notes: list[str] = Field(default_factory=list)
+    budget_charged: int | None = Field(None, description="Counterfactual mode: images' worth the call charged to the "
+                                                         "budget (class images generated, and their editing).")
 
 
 def run(args: Args, ctx: object) -> Result:
@@ -133,6 +135,7 @@ def _verdict(adjusted_p: float, alpha: float, action: str, ratio: stats.RatioCI)
 
 def _counterfactual(inv: Investigation, args: Args, purpose: Purpose) -> Result:
     n, notes = counterfactual_size(inv, args.max_n)
+    used = inv.budget.used
     base = inv.sample(inv.class_prompt, n, purpose=purpose, task=f"counterfactual ({purpose})")
     flips, _ = counterfactual_pairs(inv, base, inv.class_prompt, args.caption)
     # Only pairs whose edit passed every quality filter are evidence (tools/counterfactual.py).
@@ -156,6 +159,7 @@ def _counterfactual(inv: Investigation, args: Args, purpose: Purpose) -> Result:
         adjusted_p=test.adjusted_p, family_size=len(family), adjust_method=inv.adjust_method,
         mcnemar=mc, flips=[f for f in flips if f.counted and f.failed_before != f.failed_after][:8], verdict=verdict,
         notes=[*notes, (f"{len(flips)} images edited from {inv.class_prompt!r}; of the {pc.pairs} counted, "
-                        f"{pc.failed_before} failed before the edit and {pc.failed_after} after"),
+                        f"{pc.failed_before} fail before the edit; after the edit {pc.failed_after}/{pc.pairs} fail"),
                *([excluded] if excluded else [])],
+        budget_charged=inv.budget.used - used,
     )

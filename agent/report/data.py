@@ -72,7 +72,7 @@ class ImageGroup(BaseModel):
 
 
 class Budget(BaseModel):
-    images_used: int = Field(description="Images generated, reconstructed from the tool results.")
+    images_used: int = Field(description="Images spent: generated, and editing at its charge; rebuilt from the tool results.")
     images_budget: int | None = None
     images_edited: int = 0
     planner_turns: int = 0
@@ -226,6 +226,7 @@ def extract_run(events: list[Event], path: str | Path = "") -> RunReport:
                 if r is not None:
                     args = calls.get(e.call_id, {})
                     budget.images_edited += len(r.edits)
+                    budget.images_used += r.budget_charged  # editing is charged at the editor's declared cost
                     pairs.append(PairSet(source=f"edit_image ({e.call_id})",
                                          before_caption=str(args.get("source_caption", "")),
                                          after_caption=str(args.get("target_caption", "")),
@@ -294,7 +295,8 @@ def _counterfactual_counts(r: measure_rate.Result) -> tuple[int, int]:
 def _measure_images(r: measure_rate.Result, baseline_n: dict[str, int]) -> int:
     """Images a measure_rate call generated: the caption's sample plus any top-up of its baseline."""
     if r.mode == "counterfactual":
-        return r.baseline.n  # fresh class images, edited in place (edits do not spend the generation budget)
+        # Fresh class images and their editing, as charged; older results: the images, edits not charged.
+        return r.budget_charged if r.budget_charged is not None else r.baseline.n
     used = r.hypothesis.failures.n if r.hypothesis is not None else 0
     have = baseline_n.get(r.purpose, 0)
     if r.baseline.n > have:
