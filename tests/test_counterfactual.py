@@ -17,11 +17,19 @@ from sleuth.tools.cache import PredictionCache
 from sleuth.tools.context import ToolContext
 from sleuth.tools.investigation import Budget, Investigation
 from sleuth.tools.registry import ToolError
+from tests import fakeworld
 from tests.fakeworld import FakeClassifier, FakeEditor, FakeGenerator, fake_backends
 
 CAT = "a realistic photograph of a cat"
-SNOW = "a realistic photograph of a cat. it is in the snow."
+SAND = "a realistic photograph of a cat. it is on the sand."
 GRASS = "a realistic photograph of a cat. it is in the grass."
+
+
+@pytest.fixture(autouse=True)
+def _sand_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    """In this module the classifier fails on 60% of fakeworld's sand images (and rarely elsewhere)."""
+    monkeypatch.setitem(fakeworld.RATES, "sand", 0.6)
+    monkeypatch.setitem(fakeworld.RATES, "snow", 0.03)
 
 
 class WreckingEditor(FakeEditor):
@@ -87,9 +95,9 @@ def call(ctx: ToolContext, name: str, **args: object) -> object:
 
 def test_edits_that_fail_a_quality_filter_are_not_counted() -> None:
     ctx = context(FakeEditor())
-    honest = call(ctx, "measure_rate", caption=SNOW, mode="counterfactual", max_n=200)
+    honest = call(ctx, "measure_rate", caption=SAND, mode="counterfactual", max_n=200)
     assert honest.mcnemar.b > 50 and honest.verdict == "supported"  # the same images, edits that pass
-    r = call(context(WreckingEditor()), "measure_rate", caption=SNOW, mode="counterfactual", max_n=200)
+    r = call(context(WreckingEditor()), "measure_rate", caption=SAND, mode="counterfactual", max_n=200)
     # The flips to failure all came with a failed filter: none is evidence.
     assert r.mcnemar.b == 0 and r.mcnemar.c == 0 and r.p_value == 1.0 and r.verdict != "supported"
     excluded = ctx.investigation.tests[-1].k1  # every edit after which the image fails
@@ -103,7 +111,7 @@ def test_edits_that_fail_a_quality_filter_are_not_counted() -> None:
 def test_edit_image_counts_only_edits_that_passed() -> None:
     ctx = context(WreckingEditor())
     base = call(ctx, "generate_and_classify", prompt=CAT + " in the grass", n=60)
-    e = call(ctx, "edit_image", images=base.success_images, source_caption=GRASS, target_caption=SNOW)
+    e = call(ctx, "edit_image", images=base.success_images, source_caption=GRASS, target_caption=SAND)
     wrecked = [f for f in e.edits if not f.counted]
     assert wrecked and all(f.failed_after and f.passed["image_image"] is False for f in wrecked)
     assert e.to_failure == 0 and e.excluded == len(wrecked) and e.notes
@@ -111,29 +119,29 @@ def test_edit_image_counts_only_edits_that_passed() -> None:
         all_fail = context(WreckingEditor())
         all_fail.investigation.backends.editor.edit = lambda g, s, t: EditOutcome(  # type: ignore[method-assign]
             image=g.image, source_caption=s, target_caption=t, passed={"directional": False})
-        call(all_fail, "measure_rate", caption=SNOW, mode="counterfactual", max_n=200)
+        call(all_fail, "measure_rate", caption=SAND, mode="counterfactual", max_n=200)
 
 
 def test_editing_is_charged_at_the_declared_cost_and_costly_editors_are_capped() -> None:
     ctx = context(CostlyEditor())
     inv = ctx.investigation
-    r = call(ctx, "measure_rate", caption=SNOW, mode="counterfactual", max_n=200)
+    r = call(ctx, "measure_rate", caption=SAND, mode="counterfactual", max_n=200)
     assert len(r.flips) <= 10 and r.baseline.n == 10
     assert any("10 pairs edited, not 200" in n for n in r.notes)
     # 10 class images generated; each inverted (3) and edited (2).
     assert (inv.budget.used, inv.budget.editing) == (10 + 10 * 5, 50)
     base = call(ctx, "generate_and_classify", prompt=CAT, n=20)
     refs = base.success_images[:2]
-    e = call(ctx, "edit_image", images=[refs[0], refs[0], refs[1]], source_caption=CAT, target_caption=SNOW)
+    e = call(ctx, "edit_image", images=[refs[0], refs[0], refs[1]], source_caption=CAT, target_caption=SAND)
     assert e.budget_charged == 2 * 3 + 3 * 2  # two distinct images inverted, three edits
     # Not enough left for 10 pairs (10 * 6 = 60): refused before anything is spent.
     poor = context(CostlyEditor(), budget=59)
     with pytest.raises(ToolError, match="image budget exhausted: 10 counterfactual pairs cost 60"):
-        call(poor, "measure_rate", caption=SNOW, mode="counterfactual", max_n=200)
+        call(poor, "measure_rate", caption=SAND, mode="counterfactual", max_n=200)
     assert poor.investigation.budget.used == 0
     # An editor that declares nothing pays one image per edit (toyworld declares the same).
     plain = context(FakeEditor())
-    call(plain, "measure_rate", caption=SNOW, mode="counterfactual", max_n=50)
+    call(plain, "measure_rate", caption=SAND, mode="counterfactual", max_n=50)
     assert (plain.investigation.budget.used, plain.investigation.budget.editing) == (100, 50)
 
 
@@ -141,18 +149,18 @@ def test_outcomes_a_rerun_would_not_repeat_are_kept(tmp_path: Path) -> None:
     path = tmp_path / "predictions.sqlite"
     first_editor = UnrepeatableEditor()
     first = call(context(first_editor, cache=PredictionCache(path), store=tmp_path / "a"), "measure_rate",
-                 caption=SNOW, mode="counterfactual", max_n=40)
+                 caption=SAND, mode="counterfactual", max_n=40)
     assert first_editor.calls == 40
     # Another process (a resumed run, a verification) on the same machine: the same edits, not new ones.
     again_editor = UnrepeatableEditor()
     ctx = context(again_editor, cache=PredictionCache(path), store=tmp_path / "b")
-    again = call(ctx, "measure_rate", caption=SNOW, mode="counterfactual", max_n=40)
+    again = call(ctx, "measure_rate", caption=SAND, mode="counterfactual", max_n=40)
     assert again_editor.calls == 0
     assert again.model_dump() == first.model_dump()
     assert ctx.investigation.budget.editing == 40  # the charge does not depend on what the cache holds
     # Without the cache each run edits anew, and the edited images differ.
     fresh_editor = UnrepeatableEditor()
-    fresh = call(context(fresh_editor, store=tmp_path / "c"), "measure_rate", caption=SNOW, mode="counterfactual",
+    fresh = call(context(fresh_editor, store=tmp_path / "c"), "measure_rate", caption=SAND, mode="counterfactual",
                  max_n=40)
     assert fresh_editor.calls == 40 and first.flips
     assert [f.original for f in fresh.flips] == [f.original for f in first.flips]  # the same images...

@@ -178,7 +178,7 @@ def test_backend_flags_to_specs_and_config(tmp_path: Path) -> None:
 
 def test_counterfactual_edits_on_tiny_stable_diffusion_replay_and_verify(models: dict[str, str],
                                                                         tmp_path: Path) -> None:
-    """The Stable Diffusion editor in an investigation: a hypothesis caption (class prompt + ". it is in the snow.")
+    """The Stable Diffusion editor in an investigation: a hypothesis caption (class prompt + ". it is on a bench.")
     edits fresh class images, capped and charged to the budget; the transcript verifies."""
     from sleuth.agent.events import ToolCall
     from sleuth.agent.loop import Turn
@@ -192,12 +192,12 @@ def test_counterfactual_edits_on_tiny_stable_diffusion_replay_and_verify(models:
     backends = make_backends(generator=models["generator"], classifier=models["classifier"],
                              captioner=models["captioner"], embedder=models["embedder"],
                              editor=f"sd-edit:{pipe},steps=2,null_steps=1,pairs=3")
-    caption = "a realistic photograph of a tabby cat. it is in the snow."
+    caption = "a realistic photograph of a tabby cat. it is on a bench."
     config = {"class": "tabby cat", "criterion": "parent", "budget": 500}  # what a re-run reads back
     session = Session(backends=backends, label="tabby cat", run_dir=tmp_path / "run", config=config,
                       criterion="parent", budget=500, cache=PredictionCache(tmp_path / "predictions.sqlite"))
     result = session.run(ScriptedPlanner([
-        Turn(reasoning="edit class images into the snow",
+        Turn(reasoning="edit class images onto a bench",
              tool_calls=[ToolCall(id="c1", name="measure_rate", arguments={"caption": caption,
                                                                           "mode": "counterfactual"})]),
         Turn(reasoning="done", tool_calls=[ToolCall(id="c2", name="finish", arguments={"summary": "done"})]),

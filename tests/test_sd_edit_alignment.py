@@ -48,12 +48,12 @@ def test_a_sentence_after_the_class_word_leaves_the_class_word_unchanged(tok: An
 
 
 def test_punctuation_inside_swaps_and_hyphenated_class_names(tok: Any) -> None:
-    swap = align(tok, "a photo of a cat. it is on the grass.", "a photo of a cat. it is on the snow.")
-    assert swap.mode == "replace" and swap.removed == ["grass"] and swap.added == ["snow"]
+    swap = align(tok, "a photo of a cat. it is on the grass.", "a photo of a cat. it is on the sand.")
+    assert swap.mode == "replace" and swap.removed == ["grass"] and swap.added == ["sand"]
     assert swap.source_changed == swap.target_changed == [11]
     assert torch.equal(swap.mapper, torch.eye(77))
-    sloth = align(tok, "a photo of a three-toed sloth", "a photo of a three-toed sloth. it is in the snow.")
-    assert sloth.removed == [] and sloth.added == ["it", "is", "in", "the", "snow"]
+    sloth = align(tok, "a photo of a three-toed sloth", "a photo of a three-toed sloth. it is in the water.")
+    assert sloth.removed == [] and sloth.added == ["it", "is", "in", "the", "water"]
     # "three-toed" is one word of four tokens (three, -, to, ed), all kept.
     assert bool((sloth.alpha[1:10] == 1).all())
     assert word_tokens(tok, "a cat. a cat, and a cat", "cat") == [2, 5, 9]

@@ -23,7 +23,7 @@ class Recorder:
     """A stand-in CLIP that remembers what it was shown: texts embed by the words they contain, images by colour."""
 
     id = "recorder"
-    vocab = ("cat", "dog", "grass", "snow", "photo")
+    vocab = ("cat", "dog", "grass", "sand", "photo")
 
     def __init__(self) -> None:
         self.images: list[np.ndarray] = []
@@ -42,14 +42,14 @@ class Recorder:
 
 
 def test_consistency_of_a_pure_addition_is_against_the_empty_text() -> None:
-    """LANCE's pred_consistency compares cos(I2, "snow") with cos(I2, "") when the edit only adds words."""
+    """LANCE's pred_consistency compares cos(I2, "sand") with cos(I2, "") when the edit only adds words."""
     scorer = Recorder()
     rng = np.random.default_rng(0)
     a, b = (rng.integers(0, 256, (8, 8, 3), dtype=np.uint8) for _ in range(2))
-    (s,) = score_edits(scorer, a, [b], SOURCE, SOURCE + " in the snow", removed=[], added=["in", "the", "snow"])
-    assert scorer.texts == [SOURCE, SOURCE + " in the snow", "", "in the snow"]
+    (s,) = score_edits(scorer, a, [b], SOURCE, SOURCE + " on the sand", removed=[], added=["on", "the", "sand"])
+    assert scorer.texts == [SOURCE, SOURCE + " on the sand", "", "on the sand"]
     img = scorer.encode_images([b])[0]
-    t = scorer.encode_texts(["", "in the snow"])
+    t = scorer.encode_texts(["", "on the sand"])
     assert s.consistency == pytest.approx(float(img @ t[1] - img @ t[0]), abs=1e-9)
     assert "consistent" in s.passed(QualityThresholds())
 
