@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-all lock clean
+.PHONY: demo test test-all lint lock clean
 
 $(STAMP): requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,6 +19,11 @@ demo: $(STAMP)
 ## test: the default test suite (offline, CPU, a few minutes)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+## lint: ruff and mypy (clean on main; CI runs them before the tests)
+lint: $(STAMP)
+	$(BIN)/ruff check agent tools tests scripts transcripts sleuth
+	$(BIN)/mypy
 
 ## test-all: also the slow tests (long training, real checkpoints)
 test-all: $(STAMP)

@@ -9,8 +9,8 @@ old transcripts stay readable without rewriting them (rewriting would break thei
 from __future__ import annotations
 
 import hashlib
-import math
 import json
+import math
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
@@ -21,7 +21,7 @@ SCHEMA_VERSION = 1
 UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
 """``UPGRADES[n]`` maps an event dict of schema version ``n`` to version ``n + 1`` (append only, never edit)."""
 
-Status = Literal["completed", "interrupted", "error", "max_turns", "budget"]
+Status = Literal["completed", "interrupted", "error", "max_turns"]
 
 
 def json_safe(obj: Any) -> Any:
@@ -106,16 +106,22 @@ class RunStarted(_Event):
     seeds: dict[str, Any] = Field(default_factory=dict)
     planner: str
     backends: dict[str, str] = Field(default_factory=dict)
+    class_prompt: str | None = Field(None, description="How the generator is asked for a plain image of the class.")
 
 
-class PlannerTurn(_Event):
-    kind: Literal["planner_turn"] = "planner_turn"
+class Turn(BaseModel):
+    """What a planner decides in one turn: reasoning, tool calls, or a final answer."""
+
     reasoning: str = ""
     tool_calls: list[ToolCall] = Field(default_factory=list)
     final: str | None = None
     model: str | None = None
     usage: Usage | None = None
     cost_usd: float | None = None
+
+
+class PlannerTurn(_Event, Turn):
+    kind: Literal["planner_turn"] = "planner_turn"
 
 
 class ToolCalled(_Event):
@@ -134,6 +140,8 @@ class ToolReturned(_Event):
     error: str | None = None
     duration_s: float = 0.0
     artifacts: list[str] = Field(default_factory=list, description="Artifact refs the result mentions.")
+    images_used: int = Field(0, description="Images the call generated (charged to the image budget).")
+    images_left: int | None = Field(None, description="Images left in the budget after the call.")
 
 
 class UserMessage(_Event):

@@ -15,31 +15,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sleuth.agent.events import Finding, RunStarted
-from sleuth.agent.loop import Planner, RunResult, run_loop
+from sleuth.agent.config import PlannerConfig, RunConfig
+from sleuth.agent.events import Event, RunStarted
+from sleuth.agent.planners import Mode, PlanFor, build_planner
+from sleuth.agent.runner import Planner, Runner, RunResult
 from sleuth.agent.transcript import TranscriptWriter
-from sleuth.tools import (
-    caption_failures,
-    edit_image,
-    finish,
-    generate_and_classify,
-    measure_rate,
-    perturb_caption,
-    record_finding,
-)
+from sleuth.tools import investigation_tools
 from sleuth.tools.artifacts import ArtifactStore
 from sleuth.tools.backends.base import Backends
 from sleuth.tools.cache import PredictionCache, default_path
 from sleuth.tools.context import ToolContext
 from sleuth.tools.investigation import Budget, Investigation
-from sleuth.tools.registry import Registry, tool_from_module
 
-TOOL_MODULES = (generate_and_classify, caption_failures, perturb_caption, edit_image, measure_rate, record_finding,
-                finish)
-
-
-def registry() -> Registry:
-    return Registry([tool_from_module(m) for m in TOOL_MODULES])
+Progress = Callable[[str, int, int], None]
 
 
 def versions() -> dict[str, str]:
@@ -80,52 +68,57 @@ class Session:
     """One investigation of one class, wired to its transcript."""
 
     backends: Backends
-    label: str
+    config: RunConfig
     run_dir: Path
-    config: dict[str, Any]
-    seed: int = 0
-    budget: int = 20_000
-    criterion: str = "top1"
-    alpha: float = 0.05
-    progress: Callable[[str, int, int], None] | None = None
-    subscribers: list[Callable[[Any], None]] = field(default_factory=list)
-    cache: PredictionCache | None = None
-    """Prediction cache; default: the shared one under $SLEUTH_CACHE (in memory only if SLEUTH_NO_CACHE=1)."""
     command: str = "investigate"
     """The entry point recorded in ``run_started`` (investigate, audit, chat, ...)."""
+    progress: Progress | None = None
+    cache: PredictionCache | None = None
+    """Prediction cache; default: the shared one under $SLEUTH_CACHE (in memory only if SLEUTH_NO_CACHE=1)."""
+    subscribers: list[Callable[[Event], None]] = field(default_factory=list)
     investigation: Investigation = field(init=False)
     ctx: ToolContext = field(init=False)
+    artifacts: ArtifactStore = field(init=False)
+    transcript: Path = field(init=False)
 
     def __post_init__(self) -> None:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.artifacts = ArtifactStore(self.run_dir / "artifacts")
-        if self.cache is None:
-            self.cache = shared_cache()
+        c = self.config
         self.investigation = Investigation(
-            backends=self.backends, label=self.label, criterion=self.criterion,  # type: ignore[arg-type]
-            alpha=self.alpha, budget=Budget(images=self.budget), artifacts=self.artifacts,
-            progress=self.progress, seed=self.seed, cache=self.cache,
+            backends=self.backends, label=c.label, criterion=c.criterion, alpha=c.alpha,
+            budget=Budget(images=c.budget), artifacts=self.artifacts, progress=self.progress, seed=c.seed,
+            cache=self.cache if self.cache is not None else shared_cache(),
         )
-        self.ctx = ToolContext(artifacts=self.artifacts)
-        self.ctx.investigation = self.investigation  # type: ignore[attr-defined]
+        self.ctx = ToolContext(investigation=self.investigation, artifacts=self.artifacts)
         self.transcript = self.run_dir / "transcript.jsonl"
+
+    @property
+    def label(self) -> str:
+        return self.config.label
 
     def started_event(self, planner_name: str) -> RunStarted:
         """The ``run_started`` event of this session's transcript."""
         return RunStarted(
-            run_id=self.run_dir.name, command=self.command, config=self.config, versions=versions(),
-            seeds={"seed": self.seed, **self.investigation.seed_bases()}, planner=planner_name,
-            backends=self.backends.ids,
+            run_id=self.run_dir.name, command=self.command, config=self.config.record(), versions=versions(),
+            seeds={"seed": self.config.seed, **self.investigation.seed_bases()}, planner=planner_name,
+            backends=self.backends.ids, class_prompt=self.investigation.class_prompt,
         )
 
-    def finding_emitter(self, writer: TranscriptWriter) -> Callable[[Any], None]:
-        """What tools call to report a finding: it becomes a ``finding`` event of the transcript."""
-        return lambda item: writer.append(Finding(finding_id=item["finding_id"], finding=item["finding"]))
+    def planner(self, mode: Mode = "investigate", config: PlannerConfig | None = None) -> Planner:
+        """The planner the config names (or ``config``), built for this session."""
+        inv = self.investigation
+        return build_planner(config or self.config.planner, PlanFor(
+            label=self.label, class_prompt=inv.class_prompt, labels=inv.labels.labels, budget=inv.budget.images,
+            seed=self.config.seed, alpha=self.config.alpha, mode=mode, session=self))
 
-    def run(self, planner: Planner, *, max_turns: int = 100) -> RunResult:
+    def runner(self, writer: TranscriptWriter, **hooks: Any) -> Runner:
+        """A runner writing this session's events to ``writer`` (``hooks``: see ``Runner``)."""
+        for callback in self.subscribers:
+            writer.subscribe(callback)
+        return Runner(investigation_tools(), self.ctx, writer, **hooks)
+
+    def run(self, planner: Planner, *, max_turns: int | None = None) -> RunResult:
         with TranscriptWriter(self.transcript) as writer:
-            for callback in self.subscribers:
-                writer.subscribe(callback)
-            self.ctx.emit = self.finding_emitter(writer)
-            return run_loop(planner, registry(), self.ctx, writer, max_turns=max_turns,
-                            run_started=self.started_event(planner.name))
+            return self.runner(writer).run(planner, max_turns=max_turns or self.config.planner.max_turns,
+                                           run_started=self.started_event(planner.name))

@@ -152,7 +152,7 @@ class TranscriptWriter:
             if not resume:
                 raise FileExistsError(f"{self.path} already holds a transcript; resume it or choose a new path")
             self._recover()
-        self._file = open(self.path, "ab")  # noqa: SIM115 - closed by close()/__exit__
+        self._file = open(self.path, "ab")
 
     @property
     def artifacts_dir(self) -> Path:
@@ -217,8 +217,9 @@ class TranscriptWriter:
                 raise ValueError(f"transcript {self.path} is closed")
             payload = event.model_dump(mode="json", exclude={"kind", "v", "seq", "ts", "prev_hash", "hash"})
             # Lines keep a readable field order (kind first, chain last); the hash uses the canonical form.
+            prev = self.events[-1].hash if self.events else ""
             obj: dict[str, Any] = {"kind": event.kind, "v": event.v, "seq": len(self.events), "ts": _now(),
-                                   **redact(json_safe(payload)), "prev_hash": self.events[-1].hash if self.events else ""}
+                                   **redact(json_safe(payload)), "prev_hash": prev}
             obj["hash"] = event_hash(obj)
             written = parse_event(obj)
             line = json.dumps(obj, separators=(",", ":"), ensure_ascii=False)

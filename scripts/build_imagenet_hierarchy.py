@@ -55,11 +55,11 @@ def prepare_nltk_data(wordnet_dir: Path) -> Path:
     return data
 
 
-def wnid(synset) -> str:  # noqa: ANN001 - an nltk Synset
+def wnid(synset) -> str:
     return f"{synset.pos()}{synset.offset():08d}"
 
 
-def canonical_path(synset) -> list:  # noqa: ANN001
+def canonical_path(synset) -> list:
     """Root-first hypernym path. With several hypernyms, follow the one deepest in the tree (the most
     specific), ties broken by synset name, so the path is stable across nltk versions."""
     path = [synset]
@@ -73,7 +73,7 @@ def canonical_path(synset) -> list:  # noqa: ANN001
     return path[::-1]
 
 
-def readable(synset) -> str:  # noqa: ANN001
+def readable(synset) -> str:
     return synset.lemmas()[0].name().replace("_", " ")
 
 

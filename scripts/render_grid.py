@@ -10,8 +10,8 @@ from PIL import Image, ImageDraw
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sleuth.tools.backends.toyworld import load_world  # noqa: E402
-from sleuth.tools.backends.toyworld.generator import ToyGenerator  # noqa: E402
+from sleuth.tools.backends.toyworld import load_world
+from sleuth.tools.backends.toyworld.generator import ToyGenerator
 
 CELL = 96
 LABEL_W = 150
@@ -51,7 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     for r, (name, prompts) in enumerate(table):
         images = [g.image for g in gen.generate(prompts, list(range(r * 10, r * 10 + len(prompts))))]
         for c, img in enumerate(images):
-            sheet.paste(Image.fromarray(img).resize((CELL, CELL), Image.Resampling.NEAREST), (LABEL_W + c * CELL, r * CELL))
+            cell = Image.fromarray(img).resize((CELL, CELL), Image.Resampling.NEAREST)
+            sheet.paste(cell, (LABEL_W + c * CELL, r * CELL))
         draw.text((8, r * CELL + CELL // 2 - 6), name, fill="black")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     sheet.save(args.out, optimize=True)

@@ -13,13 +13,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sleuth.tools.backends.toyworld.config import load_world  # noqa: E402
-from sleuth.tools.backends.toyworld.train import save_weights, shipped_path, train_all  # noqa: E402
+from sleuth.tools.backends.toyworld.config import load_world
+from sleuth.tools.backends.toyworld.train import save_weights, shipped_path, train_all
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--world", action="append", help="World config or packaged name (repeatable; default: default, nobugs).")
+    p.add_argument("--world", action="append",
+                   help="World config or packaged name (repeatable; default: default, nobugs).")
     p.add_argument("--out", help="Output file (only with a single --world); default: the package's weights/<name>.")
     args = p.parse_args(argv)
     worlds = args.world or ["default", "nobugs"]
@@ -30,10 +31,10 @@ def main(argv: list[str] | None = None) -> int:
         start = time.perf_counter()
         last: dict[str, int] = {}
 
-        def progress(task: str, done: int, total: int) -> None:
+        def progress(task: str, done: int, total: int, last: dict[str, int] = last, name: str = world.name) -> None:
             if last.get(task) != done:
                 last[task] = done
-                print(f"  {world.name}: {task} {done}/{total}", file=sys.stderr, flush=True)
+                print(f"  {name}: {task} {done}/{total}", file=sys.stderr, flush=True)
 
         tensors = train_all(world, progress)
         out = Path(args.out) if args.out else shipped_path(world)

@@ -9,9 +9,13 @@ checked against exact expectations.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from sleuth.agent.config import RunConfig
+from sleuth.agent.session import Session
 from sleuth.tools.backends.base import (
     BackendError,
     Backends,
@@ -20,6 +24,7 @@ from sleuth.tools.backends.base import (
     LabelSpace,
     Vocabulary,
 )
+from sleuth.tools.cache import PredictionCache
 
 LABELS = LabelSpace(("cat", "snow leopard", "dog"), {"cat": "pets", "dog": "pets", "snow leopard": "wild cats"})
 COLOURS = {"snow": (250, 250, 250), "grass": (30, 160, 40), "sand": (220, 200, 90)}
@@ -114,3 +119,10 @@ def fake_backends() -> Backends:
         vocabulary=Vocabulary(background=["in the snow", "in the grass", "on the sand"], adjective=["white", "orange"],
                               domain=["pencil sketch", "painting"], object=["a ball"], subject=["small"]),
     )
+
+
+def new_session(backends: Backends, run_dir: Path, *, cache: PredictionCache | None = None,
+                command: str = "investigate", **settings: Any) -> Session:
+    """A session of the class 'cat' (unless ``settings`` name another) with the given config settings."""
+    config = RunConfig.model_validate({"class": "cat", **settings})
+    return Session(backends=backends, config=config, run_dir=run_dir, cache=cache, command=command)

@@ -80,7 +80,7 @@ class StubServer:
             def log_message(self, *args: Any) -> None:  # keep test output clean
                 pass
 
-            def do_POST(self) -> None:  # noqa: N802 - http.server naming
+            def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length", "0"))
                 body = json.loads(self.rfile.read(length) or b"{}")
                 status, payload, headers = stub._respond(body, dict(self.headers))
@@ -93,7 +93,7 @@ class StubServer:
                 self.end_headers()
                 self.wfile.write(data)
 
-            def do_GET(self) -> None:  # noqa: N802
+            def do_GET(self) -> None:
                 data = json.dumps({"object": "list", "data": [{"id": stub.model, "object": "model"}]}).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")

@@ -12,10 +12,11 @@ from pathlib import Path
 import pytest
 
 from sleuth.agent.audit import Audit, resolve_classes, start
-from sleuth.agent.audit_config import load_config, parse_config
-from sleuth.agent.audit_summary import findings_table
+from sleuth.agent.audit.config import load_config, parse_config
+from sleuth.agent.audit.summary import findings_table
 from sleuth.agent.cli import UsageError, main
 from sleuth.agent.transcript import read_transcript, verify_transcript
+from tests.compare import assert_equivalent_runs
 from tests.fakeworld import fake_backends
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,13 +45,16 @@ def test_audit_runs_each_class_under_the_budgets_and_ranks_findings(tmp_path):
     assert dog["image_budget"] == 9000 - cat["images"] and dog["images"] <= dog["image_budget"]
     assert leopard["status"] == "skipped" and "image budget (9000) is spent" in leopard["stopped_by"]
     assert out["images"] == cat["images"] + dog["images"] <= 9000 and out["status"] == "budget"
-    # Confirmed findings first, then by effect size; every row carries k/n, intervals, the ratio and adjusted p.
-    assert [f["confirmed"] for f in out["findings"]] == sorted((f["confirmed"] for f in out["findings"]),
-                                                               reverse=True)
+    # Confirmed findings by effect size, then the supported but unconfirmed hypotheses; every row carries k/n,
+    # intervals, the ratio and adjusted p, in the same shape as `investigate --json`.
+    assert out["findings"] and all(f["confirmed"] for f in out["findings"])
     top = out["findings"][0]
-    assert top["confirmed"] and top["caption"] == "a realistic photograph of a cat. it is in the snow."
-    assert top["adjusted_p"] < 0.05 and top["rate_ratio_ci"][0] > 1 and top["hypothesis"]["n"] > 0
-    unconfirmed = [f["rate_ratio"] for f in out["findings"] if not f["confirmed"]]
+    assert top["caption"] == "a realistic photograph of a cat. it is in the snow."
+    d = top["discovery"]
+    assert d["adjusted_p"] < 0.05 and d["rate_ratio_ci"][0] > 1 and d["hypothesis"]["n"] > 0
+    ratios = [f["discovery"]["rate_ratio"] for f in out["findings"]]
+    assert ratios == sorted(ratios, reverse=True)
+    unconfirmed = [h["rate_ratio"] for h in out["unconfirmed"]]
     assert unconfirmed == sorted(unconfirmed, reverse=True)
     # One transcript per class, each valid; the summary on disk is what was returned.
     assert json.loads((tmp_path / "a" / "summary.json").read_text()) == out
@@ -61,7 +65,7 @@ def test_audit_runs_each_class_under_the_budgets_and_ranks_findings(tmp_path):
     assert not (tmp_path / "a" / "snow-leopard" / "transcript.jsonl").exists()
     from rich.console import Console
 
-    console = Console(width=200, record=True, file=open(os.devnull, "w"))  # noqa: SIM115
+    console = Console(width=200, record=True, file=open(os.devnull, "w"))
     console.print(findings_table(out))
     text = console.export_text()
     assert "1 confirmed" in text and "it is in the snow." in text and "[" in text
@@ -91,14 +95,14 @@ def test_wall_time_budget_ends_each_class_cleanly(tmp_path):
 
 
 @pytest.mark.parametrize("settings, message", [
-    ({"classes": []}, "classes: Value error, name at least one class"),
+    ({"classes": []}, "classes: name at least one class"),
     ({"classes": ["cat", "cat"]}, "classes listed twice: cat"),
     ({"classes": ["cat"], "budgets": {}}, "budgets: unknown setting"),
     ({"classes": ["cat"], "budget": {"per_class": {"images": 0}}}, "budget.per_class.images: Input should be greater"),
     ({"classes": ["cat"], "alpha": 0.7}, "alpha: Input should be less than 0.5"),
     ({"classes": ["cat"], "backends": {"classifier": "nope:x"}}, "unknown classifier kind 'nope'"),
     ({"classes": ["cat"], "backends": {"wrld": "default"}}, "backends.wrld: unknown setting"),
-    ({"classes": ["cat"], "planner": "oracle"}, "planner: argument --planner: invalid choice: 'oracle'"),
+    ({"classes": ["cat"], "planner": "oracle"}, "planner.name: unknown planner 'oracle' (known: protocol, wiles"),
     ({"classes": ["cat"], "planner": {"llm": "m", "llm_retry": 2}}, "did you mean 'llm_retries'"),
 ])
 def test_bad_configs_are_one_line_errors(settings, message):
@@ -144,12 +148,8 @@ def sleuth(*args: str, crash: str | None = None) -> subprocess.CompletedProcess:
     env.pop("SLEUTH_CRASH_AT", None)
     if crash:
         env["SLEUTH_CRASH_AT"] = crash
-    return subprocess.run([sys.executable, "-m", "sleuth", "audit", *args, "--json"], cwd=ROOT, env=env,
+    return subprocess.run([sys.executable, "-m", "tests.crash", "audit", *args, "--json"], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=300)
-
-
-def payloads(path: Path) -> list[dict]:
-    return [e.model_dump(mode="json", exclude=VOLATILE | {"versions"}) for e in read_transcript(path)]
 
 
 def crash_and_resume(tmp_path: Path, capsys: pytest.CaptureFixture[str], points: list[str]) -> None:
@@ -169,8 +169,9 @@ def crash_and_resume(tmp_path: Path, capsys: pytest.CaptureFixture[str], points:
     assert comparable(got) == comparable(expected)
     assert got["findings"] == expected["findings"]
     for c in expected["classes"]:
-        # Event for event the same transcript (timestamps and hashes aside), and a valid chain.
-        assert payloads(run / c["transcript"]) == payloads(reference / c["transcript"])
+        # Event for event the same transcript (timestamps and hashes aside; the crashed runs used one thread, so
+        # floats summed in another order may differ in their last digits), and a valid chain.
+        assert_equivalent_runs(read_transcript(run / c["transcript"]), read_transcript(reference / c["transcript"]))
         assert verify_transcript(run / c["transcript"]).ok
 
 
@@ -235,7 +236,7 @@ def test_llm_audit_resumes_without_re_asking_and_replays_without_a_key(tmp_path,
     assert len(events) == keep + 4 and events[keep].kind == "planner_turn" and events[-1].kind == "run_finished"
     # Replaying needs no key and no model: LLM perturbations keep their recorded result, the rest re-runs.
     monkeypatch.delenv("SLEUTH_STUB_API_KEY")
-    from sleuth.agent.rebuild import verify_run
+    from sleuth.agent.replay.rebuild import verify_run
 
     report = verify_run(path, backends=fake_backends())
     assert report.ok and report.calls == 3 and [s.tool for s in report.skipped] == ["perturb_caption"]

@@ -17,18 +17,21 @@ from rich.console import Console
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-from sleuth.agent import chat_commands as C  # noqa: E402
-from sleuth.agent.chat import PROMPT, STOPPED, Chat  # noqa: E402
-from sleuth.agent.cli import main  # noqa: E402
-from sleuth.agent.events import PlannerTurn, ToolCalled, ToolReturned, UserMessage  # noqa: E402
-from sleuth.agent.llm import LLMClient, LLMConfig  # noqa: E402
-from sleuth.agent.planners.llm import LLMPlanner  # noqa: E402
-from sleuth.agent.planners.protocol import ProtocolPlanner  # noqa: E402
-from sleuth.agent.session import Session, registry  # noqa: E402
-from sleuth.agent.transcript import TranscriptWriter, read_transcript  # noqa: E402
-from fakeworld import fake_backends  # noqa: E402
-from llm_stub import StubServer, text_reply, tool_call, tool_reply  # noqa: E402
-from sleuth.tools.cache import PredictionCache  # noqa: E402
+from fakeworld import fake_backends
+from llm_stub import StubServer, text_reply, tool_call, tool_reply
+
+from sleuth.agent.chat import PROMPT, STOPPED, Chat
+from sleuth.agent.chat import commands as C
+from sleuth.agent.cli import main
+from sleuth.agent.events import PlannerTurn, ToolCalled, ToolReturned, UserMessage
+from sleuth.agent.llm import LLMClient, LLMConfig
+from sleuth.agent.planners.llm import LLMPlanner
+from sleuth.agent.planners.protocol import ProtocolPlanner
+from sleuth.agent.session import Session
+from sleuth.agent.transcript import TranscriptWriter, read_transcript
+from sleuth.tools import investigation_tools as registry
+from sleuth.tools.cache import PredictionCache
+from tests.fakeworld import new_session
 
 ROOT = Path(__file__).resolve().parents[1]
 SNOW = "a realistic photograph of a cat. it is in the snow."
@@ -56,8 +59,7 @@ class Harness:
     """A chat over the fake backends, typed into from a list, its screen captured."""
 
     def __init__(self, tmp_path: Path, planner=None) -> None:
-        self.session = Session(backends=fake_backends(), label="cat", run_dir=tmp_path / "run", config={},
-                               cache=PredictionCache(), command="chat")
+        self.session = new_session(fake_backends(), tmp_path / "run", cache=PredictionCache(), command="chat")
         self.screen = io.StringIO()
         self.console = Console(file=self.screen, width=160, highlight=False, color_system=None)
         self.writer = TranscriptWriter(self.session.transcript)
@@ -118,7 +120,7 @@ def test_auto_hands_over_to_the_protocol_planner_and_the_chat_goes_on(tmp_path):
     assert turns[0].model == "protocol" and turns[-1].model == "user"
     finish = next(e for e in events if isinstance(e, ToolReturned) and e.name == "finish")
     assert finish.ok and events.index(finish) < events.index(turns[-1])  # the chat outlived the planner's finish
-    assert any("snow" in f["caption"] for f in h.session.investigation.findings)
+    assert any("snow" in f.caption for f in h.session.investigation.findings)
     assert events[-1].kind == "run_finished" and events[-1].status == "completed"
 
 

@@ -16,7 +16,7 @@ HEAVY = ("torch", "scipy", "litellm", "diffusers", "transformers", "matplotlib",
 
 def test_building_the_parser_imports_no_heavy_library():
     # `sleuth --help` and argument errors must answer at once: heavy imports belong inside the commands.
-    code = ("import sys, agent.cli; agent.cli.build_parser(); "
+    code = ("import sys, sleuth.agent.cli; sleuth.agent.cli.build_parser(); "
             f"print(','.join(m for m in {HEAVY!r} if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "", f"imported at start-up: {out.stdout.strip()}"

@@ -14,6 +14,7 @@ import pytest
 
 from sleuth.agent.cli import main
 from sleuth.agent.transcript import read_transcript
+from sleuth.tools.findings import FindingSummary
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -31,10 +32,12 @@ def test_cat_investigation_confirms_cat_in_snow(capsys, tmp_path):
     assert out["class"] == "cat" and 0 < out["images"] <= 20_000
     snow = [f for f in out["findings"] if "snow" in f["caption"]]
     assert snow, [f["caption"] for f in out["findings"]]
+    assert all(set(f) == set(FindingSummary.model_fields) for f in out["findings"])
     f = snow[0]
-    assert f["confirmed"] and f["adjusted_p"] < 0.05 and f["confirmation_adjusted_p"] < 0.05
-    assert f["rate_ratio"] > 5 and f["rate_ratio_ci"][0] > 1
-    assert f["hypothesis"]["k"] / f["hypothesis"]["n"] > f["baseline"]["k"] / f["baseline"]["n"]
+    d = f["discovery"]
+    assert f["confirmed"] and d["adjusted_p"] < 0.05 and f["confirmation"]["adjusted_p"] < 0.05
+    assert d["rate_ratio"] > 5 and d["rate_ratio_ci"][0] > 1
+    assert d["hypothesis"]["k"] / d["hypothesis"]["n"] > d["baseline"]["k"] / d["baseline"]["n"]
     events = read_transcript(out["transcript"])
     assert events[0].kind == "run_started" and events[-1].kind == "run_finished"
     assert sum(e.kind == "finding" for e in events) == len(out["findings"])

@@ -153,8 +153,9 @@ def test_investigate_real_efficientnet_lite0_on_tiny_generator(models: dict[str,
 
 
 def test_backend_flags_to_specs_and_config(tmp_path: Path) -> None:
-    from sleuth.agent.backend_args import backend_config, backend_specs
     from sleuth.agent.cli import build_parser
+    from sleuth.agent.cli.flags import backend_specs, run_config
+    from sleuth.tools.backends.specs import BackendSpecs
 
     (tmp_path / "t.bin").write_bytes(b"")
     args = build_parser().parse_args([
@@ -168,34 +169,29 @@ def test_backend_flags_to_specs_and_config(tmp_path: Path) -> None:
     assert specs.class_tokens == {"tabby cat": str(tmp_path / "t.bin"), "tiger cat": str(tmp_path / "t.bin")}
     assert (specs.clip_checks, specs.clip_class_top_k, specs.clip_shift_threshold) == \
         ("open_clip:ViT-B-32:openai", 5, 0.25)
-    config = backend_config(args)
-    assert config == {"generator": "diffusers:/m/sd,steps=4", "classifier": "efficientnet-lite0",
-                      "captioner": "toyworld", "embedder": "toyworld", "editor": "toyworld", "device": "cuda:1",
-                      "dtype": "bfloat16", "class_tokens": specs.class_tokens,
-                      "clip_checks": "open_clip:ViT-B-32:openai", "clip_shift_threshold": 0.25}
-    json.dumps(config)  # goes into the transcript as is
+    recorded = run_config(args).record()["backends"]
+    assert BackendSpecs.model_validate(recorded) == specs  # what run_started records rebuilds the same backends
+    json.dumps(recorded, allow_nan=False)  # goes into the transcript as is
 
 
 def test_counterfactual_edits_on_tiny_stable_diffusion_replay_and_verify(models: dict[str, str],
                                                                         tmp_path: Path) -> None:
     """The Stable Diffusion editor in an investigation: a hypothesis caption (class prompt + ". it is on a bench.")
     edits fresh class images, capped and charged to the budget; the transcript verifies."""
-    from sleuth.agent.events import ToolCall
-    from sleuth.agent.loop import Turn
+    from sleuth.agent.events import ToolCall, Turn
     from sleuth.agent.planners.scripted import ScriptedPlanner
-    from sleuth.agent.rebuild import verify_run
-    from sleuth.agent.session import Session
+    from sleuth.agent.replay.rebuild import verify_run
     from sleuth.tools.backends.specs import make_backends
     from sleuth.tools.cache import PredictionCache
+    from tests.fakeworld import new_session
 
     pipe = models["generator"].split(",")[0].removeprefix("diffusers:")
     backends = make_backends(generator=models["generator"], classifier=models["classifier"],
                              captioner=models["captioner"], embedder=models["embedder"],
                              editor=f"sd-edit:{pipe},steps=2,null_steps=1,pairs=3")
     caption = "a realistic photograph of a tabby cat. it is on a bench."
-    config = {"class": "tabby cat", "criterion": "parent", "budget": 500}  # what a re-run reads back
-    session = Session(backends=backends, label="tabby cat", run_dir=tmp_path / "run", config=config,
-                      criterion="parent", budget=500, cache=PredictionCache(tmp_path / "predictions.sqlite"))
+    session = new_session(backends, tmp_path / "run", cache=PredictionCache(tmp_path / "predictions.sqlite"),
+                          **{"class": "tabby cat", "criterion": "parent", "budget": 500})
     result = session.run(ScriptedPlanner([
         Turn(reasoning="edit class images onto a bench",
              tool_calls=[ToolCall(id="c1", name="measure_rate", arguments={"caption": caption,

@@ -17,15 +17,18 @@ from PIL import Image
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-from sleuth.agent.events import PlannerTurn, ToolCall, ToolCalled, ToolReturned  # noqa: E402
-from sleuth.agent.llm import LLMClient, LLMConfig  # noqa: E402
-from sleuth.agent.llm.context import ContextConfig, build_messages, estimate_tokens  # noqa: E402
-from sleuth.agent.planners.llm import LLMPlanner  # noqa: E402
-from sleuth.agent.session import Session, registry  # noqa: E402
-from sleuth.agent.transcript import read_transcript  # noqa: E402
-from llm_stub import HttpError, StubServer, text_reply, tool_call, tool_reply  # noqa: E402
-from fakeworld import fake_backends  # noqa: E402
-from sleuth.tools.cache import PredictionCache  # noqa: E402
+from fakeworld import fake_backends
+from llm_stub import HttpError, StubServer, text_reply, tool_call, tool_reply
+
+from sleuth.agent.events import PlannerTurn, ToolCall, ToolCalled, ToolReturned
+from sleuth.agent.llm import LLMClient, LLMConfig
+from sleuth.agent.llm.context import ContextConfig, build_messages, estimate_tokens
+from sleuth.agent.planners.llm import LLMPlanner
+from sleuth.agent.session import Session
+from sleuth.agent.transcript import read_transcript
+from sleuth.tools import investigation_tools as registry
+from sleuth.tools.cache import PredictionCache
+from tests.fakeworld import new_session
 
 KEY_ENV = "SLEUTH_STUB_API_KEY"
 CLASS_PROMPT = "a realistic photograph of a cat"
@@ -45,8 +48,7 @@ def results(body: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def session(tmp_path: Path) -> Session:
-    return Session(backends=fake_backends(), label="cat", run_dir=tmp_path / "run", config={"class": "cat"},
-                   budget=20_000, cache=PredictionCache())
+    return new_session(fake_backends(), tmp_path / "run", cache=PredictionCache())
 
 
 def planner(stub: StubServer, sess: Session, *, model: str = "openai/stub-model", sleeps: list[float] | None = None,
@@ -249,10 +251,12 @@ def _measure_events(n: int, caption: str = SNOW, model: str = "m") -> list:
         events.append(PlannerTurn(reasoning=f"turn {i}: " + "reasoning " * 40, tool_calls=[call], model=model))
         events.append(ToolReturned(call_id=f"c{i}", name="measure_rate", ok=True, result={
             "test_id": f"t{i + 1}", "caption": caption, "purpose": "discovery", "mode": "sample",
-            "hypothesis": {"prompt": caption, "failures": {"k": 30, "n": 100, "rate": 0.3, "low": 0.22, "high": 0.4},
+            "hypothesis": {"prompt": caption, "failures": {"k": 30, "n": 100, "rate": 0.3, "low": 0.22, "high": 0.4,
+                                                                 "method": "wilson"},
                            "confusions": [{"label": "snow leopard", "count": 30}], "seeds": [0, 99]},
-            "baseline": {"k": 50, "n": 1000, "rate": 0.05, "low": 0.038, "high": 0.065},
-            "rate_ratio": {"ratio": 6.0, "low": 4.0, "high": 9.0}, "p_value": 1e-9, "adjusted_p": 1e-8,
+            "baseline": {"k": 50, "n": 1000, "rate": 0.05, "low": 0.038, "high": 0.065, "method": "wilson"},
+            "rate_ratio": {"ratio": 6.0, "low": 4.0, "high": 9.0, "method": "katz"},
+            "p_value": 1e-9, "adjusted_p": 1e-8,
             "family_size": i + 1, "adjust_method": "holm", "looks": [100], "stopped": "success",
             "verdict": "supported", "notes": ["x" * 500]}))
     return events
@@ -333,7 +337,7 @@ def test_bad_llm_flags_are_one_line_errors(capsys, tmp_path, args, message):
 def test_the_llm_also_serves_tools_as_ctx_llm(tmp_path):
     import argparse
 
-    from sleuth.agent.planner_args import add_planner_arguments, build_llm_planner, check_planner_args
+    from sleuth.agent.cli.flags import add_planner_arguments, add_run_arguments, planner_config
 
     def perturbations(body: dict[str, Any]) -> dict[str, Any]:
         assert "tools" not in body  # a plain completion, not a planner turn
@@ -345,17 +349,17 @@ def test_the_llm_also_serves_tools_as_ctx_llm(tmp_path):
 
     parser = argparse.ArgumentParser()
     add_planner_arguments(parser)
+    add_run_arguments(parser)
     sess = session(tmp_path)
     script = [tool_reply(tool_call("perturb_caption", {"caption": CLASS_PROMPT, "types": ["background"]}, "p")),
               perturbations, tool_reply(tool_call("finish", {"summary": "ok"}, "f"))]
     with StubServer(script) as stub:
-        args = parser.parse_args(["--llm", "openai/stub-model", "--api-base", stub.api_base])
-        check_planner_args(args)
-        args.budget, args.alpha = 1000, 0.05
-        result = sess.run(build_llm_planner(args, sess.backends, "cat", session=sess))
+        args = parser.parse_args(["--class", "cat", "--llm", "openai/stub-model", "--api-base", stub.api_base])
+        result = sess.run(sess.planner("investigate", planner_config(args)))
     assert result.status == "completed"
     r = next(e for e in read_transcript(sess.transcript) if isinstance(e, ToolReturned)).result
-    assert r["source"] == "llm" and [e["caption"] for e in r["edits"]] == ["a realistic photograph of a cat in the snow"]
+    assert r["source"] == "llm"
+    assert [e["caption"] for e in r["edits"]] == ["a realistic photograph of a cat in the snow"]
     assert "names another class" in r["rejected"][0] or "drops the class" in r["rejected"][0]
 
 

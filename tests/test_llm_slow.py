@@ -120,20 +120,21 @@ class LocalModel:
 
 @pytest.mark.parametrize("forced", [False, True], ids=["free", "forced-tool-call"])
 def test_a_small_local_llm_investigates_through_litellm(tmp_path, forced):
+    from llm_stub import StubServer
+
     from sleuth.agent.events import PlannerTurn, ToolReturned
     from sleuth.agent.llm import LLMClient, LLMConfig
     from sleuth.agent.llm.context import ContextConfig
     from sleuth.agent.planners.llm import LLMPlanner
-    from sleuth.agent.session import Session, registry
     from sleuth.agent.transcript import read_transcript
-    from llm_stub import StubServer
+    from sleuth.tools import investigation_tools as registry
     from sleuth.tools.backends.toyworld import load_backends
     from sleuth.tools.cache import PredictionCache
+    from tests.fakeworld import new_session
 
     model = LocalModel(forced=forced)
     backends = load_backends()
-    sess = Session(backends=backends, label="cat", run_dir=tmp_path / "run", config={"class": "cat"},
-                   budget=5000, cache=PredictionCache())
+    sess = new_session(backends, tmp_path / "run", cache=PredictionCache(), budget=5000)
     with StubServer([], fallback=model, model="smollm2-135m") as server:
         client = LLMClient(LLMConfig(model="openai/smollm2-135m", api_base=server.api_base, timeout_s=600,
                                      max_tokens=160))

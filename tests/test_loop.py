@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 from pydantic import BaseModel, Field
 
+from sleuth.agent.errors import PlannerError
 from sleuth.agent.events import RunStarted, ToolCall
-from sleuth.agent.loop import PlannerError, Turn, artifact_refs, run_loop
 from sleuth.agent.planners.scripted import ScriptedPlanner
+from sleuth.agent.runner import Runner, Turn, artifact_refs
 from sleuth.agent.transcript import TranscriptWriter, read_transcript, verify_transcript
 from sleuth.tools.artifacts import ArtifactStore
 from sleuth.tools.context import ToolContext
@@ -89,7 +90,7 @@ def returned(events):
 def run(tmp_path, turns, **kw):
     path = tmp_path / "transcript.jsonl"
     with TranscriptWriter(path) as writer:
-        result = run_loop(ScriptedPlanner(turns), REGISTRY, ToolContext(), writer, run_started=STARTED, **kw)
+        result = Runner(REGISTRY, ToolContext(), writer).run(ScriptedPlanner(turns), run_started=STARTED, **kw)
     return result, read_transcript(path)
 
 
@@ -143,7 +144,7 @@ def test_a_bug_stops_the_run_and_propagates(tmp_path):
     turns = [Turn(tool_calls=[call(1, "crash", {}), call(2, "add", {"a": 1, "b": 1})])]
     path = tmp_path / "transcript.jsonl"
     with TranscriptWriter(path) as writer, pytest.raises(RuntimeError, match="index out of range"):
-        run_loop(ScriptedPlanner(turns), REGISTRY, ToolContext(), writer, run_started=STARTED)
+        Runner(REGISTRY, ToolContext(), writer).run(ScriptedPlanner(turns), run_started=STARTED)
     events = read_transcript(path)
     assert [e.kind for e in events] == ["run_started", "planner_turn", "tool_called", "error", "run_finished"]
     err = events[3]
@@ -165,8 +166,8 @@ def test_keyboard_interrupt_leaves_a_valid_transcript(tmp_path):
 
     path = tmp_path / "transcript.jsonl"
     with TranscriptWriter(path) as writer, pytest.raises(KeyboardInterrupt):
-        run_loop(ScriptedPlanner([Turn(tool_calls=[call(1, "add", {"a": 1, "b": 1})]), interrupt]), REGISTRY,
-                 ToolContext(), writer, run_started=STARTED)
+        planner = ScriptedPlanner([Turn(tool_calls=[call(1, "add", {"a": 1, "b": 1})]), interrupt])
+        Runner(REGISTRY, ToolContext(), writer).run(planner, run_started=STARTED)
     assert verify_transcript(path).ok
     events = read_transcript(path)
     assert events[-1].kind == "run_finished" and events[-1].status == "interrupted"
@@ -210,8 +211,8 @@ def test_artifact_refs_are_collected_from_image_fields(tmp_path):
     registry = Registry([tool_from_module(tool_module("show", "Shows.", NoArgs, ImageResult, image_tool))])
     path = tmp_path / "transcript.jsonl"
     with TranscriptWriter(path) as writer:
-        run_loop(ScriptedPlanner([Turn(tool_calls=[call(1, "show", {})]), Turn(final="ok")]), registry,
-                 ToolContext(artifacts=store), writer)
+        Runner(registry, ToolContext(artifacts=store), writer).run(
+            ScriptedPlanner([Turn(tool_calls=[call(1, "show", {})]), Turn(final="ok")]))
     events = read_transcript(path)
     assert events[0].kind == "planner_turn"  # no run_started given: none written
     assert events[2].artifacts == [refs[3]]

@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 from sleuth.agent.planners.protocol import ProtocolPlanner
-from sleuth.agent.session import Session
 from sleuth.agent.transcript import read_transcript
-from tests.fakeworld import fake_backends
+from tests.fakeworld import fake_backends, new_session
 
 CAT = "a realistic photograph of a cat"
 
 
 def run_session(tmp_path, seed=0, budget=20_000):
     backends = fake_backends()
-    session = Session(backends=backends, label="cat", run_dir=tmp_path, config={"class": "cat"}, seed=seed,
-                      budget=budget)
+    session = new_session(backends, tmp_path, seed=seed, budget=budget)
     result = session.run(ProtocolPlanner("cat", CAT, baseline_n=1000))
     return session, result
 
@@ -25,9 +23,9 @@ def test_protocol_confirms_the_planted_effect_and_writes_every_step(tmp_path):
     assert len(inv.findings) == 1
     f = inv.findings[0]
     # Refinement keeps the shortest caption with the effect: the class sentence plus the snow sentence.
-    assert f["caption"] == "a realistic photograph of a cat. it is in the snow."
-    assert f["confirmation"]["hypothesis"]["n"] > 0 and f["confirmation"]["adjusted_p"] < 0.05
-    assert f["counterfactual"] is not None and f["counterfactual"]["kind"] == "counterfactual"
+    assert f.caption == "a realistic photograph of a cat. it is in the snow."
+    assert f.confirmation.hypothesis.n > 0 and f.confirmation.adjusted_p < 0.05
+    assert f.counterfactual is not None and f.counterfactual.kind == "counterfactual"
     events = read_transcript(session.transcript)
     kinds = [e.kind for e in events]
     assert kinds[0] == "run_started" and kinds[-1] == "run_finished"
@@ -61,7 +59,7 @@ def test_a_baseline_without_failures_ends_cleanly_with_and_without_exploration(t
     for explore in (False, True):
         backends = fake_backends()
         backends.classifier = Perfect()
-        session = Session(backends=backends, label="cat", run_dir=tmp_path / str(explore), config={}, budget=20_000)
+        session = new_session(backends, tmp_path / str(explore))
         planner = ProtocolPlanner("cat", CAT, baseline_n=200, explore=explore, refine=explore,
                                   counterfactual=explore)
         result = session.run(planner)

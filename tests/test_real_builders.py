@@ -16,7 +16,7 @@ import torch
 IMAGENET = {"tabby cat": 281, "tiger cat": 282, "cougar": 286, "lynx": 287, "snow leopard": 289}
 
 BLIP_WORDS = ("a realistic photograph of tabby cat dog fly flower snow grass net sitting on in the with red blue "
-              "small large green water bench sleeping window . ,").split()  # noqa: SIM905 - reads as a sentence
+              "small large green water bench sleeping window . ,").split()
 
 
 def clip_tokenizer(folder: Path):

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 import torch
 
-from tests.test_real_builders import save_open_clip_folder
 from sleuth.tools.backends.base import BackendError
 from sleuth.tools.backends.specs import make_backends, make_classifier, parse_spec
+from tests.test_real_builders import save_open_clip_folder
 
 ROOT = Path(__file__).resolve().parent.parent
 torch.set_num_threads(2)

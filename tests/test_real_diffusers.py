@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from tests.test_real_builders import save_open_clip_folder, save_sd_pipeline
 from sleuth.tools.backends.base import BackendError
 from sleuth.tools.backends.diffusers_generator import DiffusersGenerator
 from sleuth.tools.backends.specs import UnavailableEditor, make_backends, parse_spec
+from tests.test_real_builders import save_open_clip_folder, save_sd_pipeline
 
 torch.set_num_threads(2)
 
@@ -88,7 +88,8 @@ def fake_toyworld(monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
         return Backends(Toy("toy-gen"), Toy("toy-clf"), Toy("toy-cap"), Toy("toy-emb"), Toy("toy-edit"),
                         vocabulary=Vocabulary(background=["in the snow"]), class_prompt="a toy {label}")
 
-    monkeypatch.setitem(sys.modules, "sleuth.tools.backends.toyworld", types.SimpleNamespace(load_backends=load_backends))
+    fake = types.SimpleNamespace(load_backends=load_backends)
+    monkeypatch.setitem(sys.modules, "sleuth.tools.backends.toyworld", fake)
     return calls
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 
 from sleuth.agent.cli import main
-from sleuth.agent.render import compact, key_values, render_event
+from sleuth.agent.terminal.render import compact, key_values, render_event
 
 
 def test_replay_renders_a_transcript(written, capsys):
@@ -56,7 +56,7 @@ def test_generic_formatter_summarises_rates_and_nesting():
     assert compact({"ratio": 7.0654, "low": 5.546, "high": 9.0, "method": "katz-log"}) == "7.07× [5.55, 9]"
     assert compact({"a": {"b": [1, 2]}, "c": None}) == "{a: {b: [1, 2]}, c: null}"
     assert compact("x" * 300).endswith("…") and len(compact("x" * 300)) == 100
-    console = Console(width=80, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
+    console = Console(width=80, record=True, file=open("/dev/null", "w"))
     console.print(key_values({"verdict": "supported", "notes": [], "mcnemar": None, "n": 0,
                               "hypothesis": {"prompt": "a cat", "failures": {"k": 1, "n": 2, "low": 0.1, "high": 0.9},
                                              "confusions": []}}))
@@ -68,7 +68,7 @@ def test_planner_turn_without_words_renders_nothing(sample_events):
     from sleuth.agent.events import PlannerTurn
 
     assert render_event(PlannerTurn()) is None
-    console = Console(width=100, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
+    console = Console(width=100, record=True, file=open("/dev/null", "w"))
     for e in sample_events:
         r = render_event(e)
         assert r is not None

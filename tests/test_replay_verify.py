@@ -10,33 +10,21 @@ import pytest
 
 from sleuth.agent.cli import main
 from sleuth.agent.events import ToolCall, event_hash
-from sleuth.agent.loop import Turn
 from sleuth.agent.planners.scripted import ScriptedPlanner
-from sleuth.agent.rebuild import verify_run
-from sleuth.agent.verify import ACCEPTED, ImageStores, compare_outcomes
-from sleuth.agent.session import Session
+from sleuth.agent.replay.rebuild import verify_run
+from sleuth.agent.replay.verify import ACCEPTED
+from sleuth.agent.runner import Turn
 from sleuth.agent.transcript import read_transcript, verify_transcript
-from tests.fakeworld import fake_backends
-from tests.othermachine import another_machine
 from sleuth.tools.stats import binomial_rate
+from tests.compare import assert_equivalent_runs
+from tests.fakeworld import fake_backends, new_session
+from tests.othermachine import another_machine
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMITTED = ROOT / "transcripts"
 EXAMPLE = COMMITTED / "investigate-fly-s0" / "transcript.jsonl"
 AUDIT_FLY = COMMITTED / "audit-fly-cat" / "fly" / "transcript.jsonl"
 VOLATILE = {"ts", "hash", "prev_hash", "duration_s"}
-
-
-def assert_same_run(a: list, b: list) -> None:
-    """The same events, with results equal up to the tolerance policy (another machine may have recorded b)."""
-    assert [e.kind for e in a] == [e.kind for e in b]
-    for x, y in zip(a, b):
-        if x.kind == "tool_returned":
-            found = compare_outcomes(y.ok, y.result if y.ok else y.error, x.ok, x.result if x.ok else x.error,
-                                     None, ImageStores())
-            assert all(kind in ACCEPTED for kind, *_ in found), (x.seq, found[:3])
-        elif x.kind != "finding":
-            assert x.model_dump(mode="json", exclude=VOLATILE) == y.model_dump(mode="json", exclude=VOLATILE)
 
 
 def test_every_committed_transcript_verifies_and_every_conclusion_holds(capsys):
@@ -155,7 +143,9 @@ def test_fork_with_recorded_turns_reruns_a_session_without_any_model(tmp_path, c
     out = tmp_path / "rerun"
     assert main(["replay", str(AUDIT_FLY), "--fork", "30", "--planner", "replay", "--out", str(out), "--quiet"]) == 0
     capsys.readouterr()
-    assert_same_run(read_transcript(out / "transcript.jsonl"), read_transcript(AUDIT_FLY))
+    # Recorded on another machine, perhaps: results within the tolerance policy, counts drifting at most.
+    assert_equivalent_runs(read_transcript(out / "transcript.jsonl"), read_transcript(AUDIT_FLY),
+                           allow=("equivalent", "drifted"))
     # Line 30 falls inside the turn that starts at line 10 (28 measurements): the prefix ends before that turn.
     keep = json.loads((out / "fork.json").read_text())["kept_lines"]
     assert keep == 9 and read_transcript(AUDIT_FLY)[keep].kind == "planner_turn"
@@ -190,9 +180,9 @@ def test_replay_renders_numbered_events_with_rates_intervals_and_verdicts(capsys
 
 def test_llm_perturbations_are_not_rerun_and_a_cut_run_reports_its_unfinished_call(tmp_path):
     cat = "a realistic photograph of a cat"
-    s = Session(backends=fake_backends(), label="cat", run_dir=tmp_path / "run", config={"class": "cat"})
+    s = new_session(fake_backends(), tmp_path / "run")
     reply = {"edits": [{"type": "background", "edit": "+ snow", "caption": f"{cat}. it is in the snow."}]}
-    s.ctx.llm = lambda prompt: json.dumps(reply)  # type: ignore[attr-defined]
+    s.ctx.llm = lambda prompt: json.dumps(reply)
     perturb = ToolCall(id="a", name="perturb_caption", arguments={"caption": cat, "types": ["background"]})
     sample = ToolCall(id="b", name="generate_and_classify", arguments={"prompt": cat, "n": 60})
     turns = [Turn(tool_calls=[perturb, sample]),

@@ -19,20 +19,19 @@ import pytest
 from PIL import Image
 
 from sleuth.agent.cli import main
-from sleuth.agent.events import Event, ToolCall, Usage
-from sleuth.agent.loop import Turn
+from sleuth.agent.events import Event, ToolCall, Usage, json_safe
 from sleuth.agent.planners.protocol import ProtocolPlanner
 from sleuth.agent.planners.scripted import ScriptedPlanner
 from sleuth.agent.report import build_report, load_runs, write_report
 from sleuth.agent.report.data import HypothesisTest
 from sleuth.agent.report.images import ImageEmbedder
-from sleuth.agent.report.nonfinite import restore_non_finite
 from sleuth.agent.report.plots import forest_plot, plain
+from sleuth.agent.runner import Turn
 from sleuth.agent.session import Session
 from sleuth.agent.transcript import read_transcript
-from tests.fakeworld import fake_backends
 from sleuth.tools import measure_rate, stats
 from sleuth.tools.artifacts import ArtifactStore
+from tests.fakeworld import fake_backends, new_session
 
 CAT = "a realistic photograph of a cat"
 HOSTILE = f'{CAT}. it is in the snow. <script>alert("x")</script> & $x^2$ </td></table>'
@@ -107,8 +106,7 @@ HOSTILE_SCRIPT = [
 
 
 def _session(run_dir: Path, planner: object, budget: int = 20_000) -> Session:
-    session = Session(backends=fake_backends(), label="cat", run_dir=run_dir, config={"class": "cat", "budget": budget},
-                      budget=budget)
+    session = new_session(fake_backends(), run_dir, budget=budget)
     result = session.run(planner)  # type: ignore[arg-type]
     assert result.status == "completed"
     return session
@@ -149,10 +147,10 @@ def test_tables_hold_every_finding_and_test_with_its_numbers(protocol_run: Sessi
     assert len(dom.rows["findings"]) == sum(e.kind == "finding" for e in events) == len(inv.findings) == 1
     f = inv.findings[0]
     row = dom.row_texts("findings")[0]
-    d, c = f["discovery"], f["confirmation"]
-    for part in (f["caption"], f"{d['hypothesis']['k']}/{d['hypothesis']['n']}",
-                 f"{d['baseline']['k']}/{d['baseline']['n']}", f"{c['hypothesis']['k']}/{c['hypothesis']['n']}",
-                 f"{d['adjusted_p']:.2g}", f"{c['adjusted_p']:.2g}", f"{d['rate_ratio']['ratio']:.3g}"):
+    d, c = f.discovery, f.confirmation
+    for part in (f.caption, f"{d.hypothesis.k}/{d.hypothesis.n}", f"{d.baseline.k}/{d.baseline.n}",
+                 f"{c.hypothesis.k}/{c.hypothesis.n}", f"{d.adjusted_p:.2g}", f"{c.adjusted_p:.2g}",
+                 f"{d.rate_ratio.ratio:.3g}"):
         assert part in row, (part, row)
     # Every measure_rate test is a row, with the p-value adjusted over the final family (as the run ends with).
     tests = dom.row_texts("tests")
@@ -264,20 +262,23 @@ def test_cli_writes_the_default_file_and_reports_bad_input_in_one_line(protocol_
     assert main(["report", str(run_dir), "--no-verify"]) == 0
 
 
-def test_null_ratios_in_transcripts_read_back_as_inf_and_nan(protocol_run: Session) -> None:
-    """JSON has no inf: a transcript writes an infinite or undefined rate ratio as null."""
+def test_non_finite_ratios_in_transcripts_read_back_as_inf_and_nan(protocol_run: Session) -> None:
+    """JSON has no inf: a transcript spells an infinite or undefined rate ratio as a string, read back as a float."""
     result = next(e.result for e in read_transcript(protocol_run.transcript)
                   if e.kind == "tool_returned" and e.name == "measure_rate")
     assert result is not None and result["mode"] == "sample"
-    zero = {**result, "baseline": {**result["baseline"], "k": 0, "rate": 0.0},
-            "rate_ratio": {**result["rate_ratio"], "ratio": None, "high": None}}
-    r = measure_rate.Result.model_validate(restore_non_finite(zero))
-    k1, n1 = r.hypothesis.failures.k, r.hypothesis.failures.n
-    assert r.rate_ratio == stats.rate_ratio(k1, n1, 0, r.baseline.n) and math.isinf(r.rate_ratio.ratio)
-    neither = {**zero, "hypothesis": None,
-               "rate_ratio": {**zero["rate_ratio"], "low": 0.0, "method": "katz-log; undefined (no events)"}}
-    rr = measure_rate.Result.model_validate(restore_non_finite(neither)).rate_ratio
-    assert rr is not None and math.isnan(rr.ratio) and rr.low == 0.0 and math.isinf(rr.high)
+    k1, n1 = result["hypothesis"]["failures"]["k"], result["hypothesis"]["failures"]["n"]
+    n0 = result["baseline"]["n"]
+    infinite = stats.rate_ratio(k1, n1, 0, n0)
+    zero = json.loads(json.dumps(json_safe({**result, "baseline": stats.binomial_rate(0, n0).model_dump(),
+                                            "rate_ratio": infinite.model_dump()})))
+    assert zero["rate_ratio"]["ratio"] == "Infinity" and zero["rate_ratio"]["high"] == "Infinity"
+    r = measure_rate.Result.model_validate(zero)
+    assert r.rate_ratio == infinite and math.isinf(r.rate_ratio.ratio)
+    undefined = json.loads(json.dumps(json_safe(stats.rate_ratio(0, 10, 0, 10).model_dump())))
+    assert undefined["ratio"] == "NaN"
+    rr = stats.RatioCI.model_validate(undefined)
+    assert math.isnan(rr.ratio) and rr.low == 0.0 and math.isinf(rr.high)
 
 
 def test_results_that_do_not_fit_are_named_not_fatal(written: tuple[Path, list[object]]) -> None:
@@ -364,7 +365,7 @@ def test_report_renders_in_headless_chromium(protocol_run: Session, tmp_path: Pa
     # The browser's own DOM has the findings table with one row per finding.
     rows = dom.row_texts("findings")
     assert len(rows) == len(protocol_run.investigation.findings) == 1
-    assert protocol_run.investigation.findings[0]["caption"] in rows[0]
+    assert protocol_run.investigation.findings[0].caption in rows[0]
     start = dumped.stdout.index('<pre id="layout"')
     layout = json.loads(Dom(dumped.stdout[start:dumped.stdout.index("</pre>", start) + 6]).text[0])
     assert [p[0] for p in layout["plots"]] == ["forest", "confusion"]
@@ -373,7 +374,8 @@ def test_report_renders_in_headless_chromium(protocol_run: Session, tmp_path: Pa
     assert done.returncode == 0 and shot.is_file(), done.stderr[-2000:]
     page = np.asarray(Image.open(shot).convert("RGB"), dtype=np.float64)
     assert page.shape[:2] == (WINDOW[1], WINDOW[0])
-    sources = {i["data-plot"]: _decode_png(i["src"]) for i in Dom(report.read_text()).images if i.get("class") == "plot"}
+    sources = {i["data-plot"]: _decode_png(i["src"]) for i in Dom(report.read_text()).images
+               if i.get("class") == "plot"}
     for kind, (x, y, w, h), complete, natural in layout["plots"]:
         assert complete and natural > 0, f"the {kind} plot did not load"
         assert y + h <= WINDOW[1] and w > 200 and h > 150, (kind, x, y, w, h)

@@ -7,16 +7,17 @@ from pathlib import Path
 
 import pytest
 
-from sleuth.agent.audit_budget import BudgetedPlanner, stopped_by
+from sleuth.agent.audit.budget import BudgetedPlanner, stopped_by
+from sleuth.agent.errors import PlannerError
 from sleuth.agent.events import ErrorEvent, Event, RunFinished, ToolCall
-from sleuth.agent.loop import PlannerError, Turn
 from sleuth.agent.planners.protocol import ProtocolPlanner
 from sleuth.agent.planners.replay import BUDGET_MODEL, ReplayPlanner, fast_forward, holds_state, recorded_turns
-from sleuth.agent.rebuild import RebuildError
-from sleuth.agent.resume import continue_run
+from sleuth.agent.replay.rebuild import RebuildError
+from sleuth.agent.replay.resume import continue_run
+from sleuth.agent.runner import Turn
 from sleuth.agent.session import Session
 from sleuth.agent.transcript import TranscriptWriter, read_transcript, verify_transcript
-from tests.fakeworld import fake_backends
+from tests.fakeworld import fake_backends, new_session
 
 CAT = "a realistic photograph of a cat"
 VOLATILE = {"ts", "hash", "prev_hash", "duration_s"}
@@ -24,8 +25,7 @@ VOLATILE = {"ts", "hash", "prev_hash", "duration_s"}
 
 def session(parent: Path, backends=None) -> Session:
     # The same leaf name everywhere, so run_started (its run_id is the directory name) compares equal.
-    return Session(backends=backends or fake_backends(), label="cat", run_dir=parent / "run",
-                   config={"class": "cat", "budget": 20_000, "seed": 0}, seed=0, budget=20_000)
+    return new_session(backends or fake_backends(), parent / "run")
 
 
 def planner() -> ProtocolPlanner:

@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 import torch
 
-from tests.sd_tiny import SIZE, tiny_image, tiny_sd
 from sleuth.tools.backends.base import BackendError, Editor, Generation
 from sleuth.tools.backends.sd_edit import (
     EditSettings,
@@ -29,6 +28,7 @@ from sleuth.tools.backends.sd_edit import (
 )
 from sleuth.tools.backends.sd_edit.controls import EditScores, choose, class_word_check, find_class
 from sleuth.tools.backends.sd_edit.p2p import AttentionEdit, P2PAttnProcessor, align, word_tokens
+from tests.sd_tiny import SIZE, tiny_image, tiny_sd
 
 torch.set_num_threads(1)
 
@@ -314,10 +314,11 @@ def test_sd_edit_spec(pipe: Any, image: np.ndarray, tmp_path: Path, monkeypatch:
             self.id = id
             self.labels = LabelSpace(("cat", "dog"))
 
-    def load_backends(world=None, *, size=64, device="cpu", progress=None):  # noqa: ANN001, ANN202
+    def load_backends(world=None, *, size=64, device="cpu", progress=None):
         return Backends(Toy("g"), Toy("c"), Toy("cap"), Toy("e"), Toy("ed"), vocabulary=Vocabulary())
 
-    monkeypatch.setitem(sys.modules, "sleuth.tools.backends.toyworld", types.SimpleNamespace(load_backends=load_backends))
+    fake = types.SimpleNamespace(load_backends=load_backends)
+    monkeypatch.setitem(sys.modules, "sleuth.tools.backends.toyworld", fake)
     pipe.save_pretrained(tmp_path / "sd")
     folder = tmp_path / "sd"
     b = make_backends(generator=f"diffusers:{folder}", editor=f"sd-edit:{folder},steps=3,null_steps=2,self=0.2/0.6,"

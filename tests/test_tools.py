@@ -5,13 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sleuth.agent.session import registry
-from tests.fakeworld import RATES, fake_backends
+from sleuth.tools import investigation_tools as registry
 from sleuth.tools import stats
 from sleuth.tools.artifacts import ArtifactStore
 from sleuth.tools.context import ToolContext
 from sleuth.tools.investigation import CONFIRMATION_OFFSET, Budget, Investigation
 from sleuth.tools.registry import ToolError
+from tests.fakeworld import RATES, fake_backends
 
 CAT = "a realistic photograph of a cat"
 SNOW = "a realistic photograph of a cat. it is in the snow."
@@ -22,11 +22,9 @@ GRASS = "a realistic photograph of a cat. it is in the grass."
 def ctx(tmp_path):
     store = ArtifactStore(tmp_path / "artifacts")
     inv = Investigation(backends=fake_backends(), label="cat", artifacts=store, budget=Budget(images=50_000))
-    c = ToolContext(artifacts=store)
-    c.investigation = inv
-    emitted = []
-    c.emit = emitted.append
-    c.emitted = emitted
+    emitted: list = []
+    c = ToolContext(investigation=inv, artifacts=store, on_finding=emitted.append)
+    c.emitted = emitted  # type: ignore[attr-defined]
     return c
 
 
@@ -73,8 +71,7 @@ def test_seeds_are_never_reused_between_discovery_and_confirmation(ctx):
 
 def test_budget_is_enforced(tmp_path):
     inv = Investigation(backends=fake_backends(), label="cat", budget=Budget(images=100))
-    c = ToolContext()
-    c.investigation = inv
+    c = ToolContext(investigation=inv)
     call(c, "generate_and_classify", prompt=CAT, n=80)
     with pytest.raises(ToolError, match="budget"):
         call(c, "generate_and_classify", prompt=CAT, n=80)
@@ -132,7 +129,7 @@ def test_record_finding_enforces_confirmation(ctx):
     c = call(ctx, "measure_rate", caption=SNOW, confirm=True)
     f = call(ctx, "record_finding", caption=SNOW, discovery_test=d.test_id, confirmation_test=c.test_id)
     assert f.confirmed and f.discovery.rate_ratio.ratio > 3
-    assert ctx.emitted and ctx.emitted[0]["finding"]["caption"] == SNOW
+    assert ctx.emitted == [f]
     with pytest.raises(ToolError, match="already"):
         call(ctx, "record_finding", caption=SNOW, discovery_test=d.test_id, confirmation_test=c.test_id)
 
@@ -224,8 +221,7 @@ def test_measure_rate_makes_its_last_affordable_look_final(tmp_path):
     # Baseline 1000 + first look 100 leave 90 images: the 200-image look is unaffordable, so look 1 is final
     # and its decision uses the rest of the alpha; the overall p-value stays the plan's union bound.
     inv = Investigation(backends=fake_backends(), label="cat", budget=Budget(images=1190))
-    c = ToolContext()
-    c.investigation = inv
+    c = ToolContext(investigation=inv)
     r = call(c, "measure_rate", caption=GRASS, max_n=800, first_n=100)
     assert r.looks == [100] and r.stopped == "budget"
     plan = stats.default_plan(800, first=100, alpha=inv.alpha)

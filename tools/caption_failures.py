@@ -15,8 +15,10 @@ from pydantic import BaseModel, Field
 from scipy.cluster.vq import kmeans2
 
 from sleuth.tools.common import investigation
+from sleuth.tools.context import ToolContext
 from sleuth.tools.investigation import join_sentences, normalise_caption
 from sleuth.tools.registry import ToolError
+from sleuth.tools.text import MAX_ITEMS, Line, cut, quote
 
 NAME = "caption_failures"
 
@@ -68,7 +70,24 @@ def select_sentences(candidates: list[str], scores: np.ndarray, max_sentences: i
     return chosen
 
 
-def run(args: Args, ctx: object) -> Result:
+def summary(r: Result) -> str:
+    hyps = "; ".join(f"{quote(h.caption)} ({h.n_images} images, predicted {h.predicted_label})"
+                     for h in r.hypotheses[:5])
+    return f"{r.measurement_id}: {r.n_failures} failures captioned; hypotheses: {hyps or 'none'}"
+
+
+def render(r: Result) -> list[Line]:
+    lines: list[Line] = [[(f"{len(r.hypotheses)} hypotheses from {r.n_failures} failures of {r.measurement_id}",
+                           "bold")]]
+    for h in r.hypotheses[:MAX_ITEMS]:
+        lines.append([(f"• {cut(h.caption, 90)} ", ""), (f"({h.n_images} images, predicted {h.predicted_label})",
+                                                         "dim")])
+    if len(r.hypotheses) > MAX_ITEMS:
+        lines.append([(f"… +{len(r.hypotheses) - MAX_ITEMS}", "dim")])
+    return lines
+
+
+def run(args: Args, ctx: ToolContext) -> Result:
     inv = investigation(ctx)
     m = inv.measurement(args.measurement_id)
     s = m.sample

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from pydantic import BaseModel, Field
 
 from sleuth.tools import stats
+from sleuth.tools.context import ToolContext
 from sleuth.tools.investigation import Investigation, Sample
 from sleuth.tools.registry import ToolError
+from sleuth.tools.text import Line, kn
 
 
 class Confusion(BaseModel):
@@ -42,8 +42,24 @@ def summarise(sample: Sample, target_label: str | None = None) -> SampleSummary:
     )
 
 
-def investigation(ctx: Any) -> Investigation:
-    inv = getattr(ctx, "investigation", None)
+def sample_line(s: SampleSummary) -> Line:
+    """failures k/n [interval]; target hits; the wrong answers; words the generator could not render."""
+    line: Line = [("failures ", "key"), (kn(s.failures), "")]
+    if s.target_label:
+        line.append((f"; {s.target_label} {s.target_hits or 0}", ""))
+    if s.confusions:
+        line.append(("; wrong answers: " + ", ".join(f"{c.label} {c.count}" for c in s.confusions[:3]), "dim"))
+    if s.unrendered:
+        line.append((f"; not rendered: {', '.join(s.unrendered)}", "warn"))
+    return line
+
+
+def confusions_text(s: SampleSummary, limit: int = 3) -> str:
+    return ", ".join(f"{c.label} ({c.count})" for c in s.confusions[:limit]) or "none"
+
+
+def investigation(ctx: ToolContext) -> Investigation:
+    inv = ctx.investigation
     if inv is None:
         raise ToolError("this tool needs an investigation (a class under audit); none is configured")
     return inv

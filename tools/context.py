@@ -1,22 +1,29 @@
-"""What the loop hands every tool call: the artifact store, a way to end the run, and a channel for reports."""
+"""What the loop hands every tool call: the investigation, the artifact store, an LLM for text, a way to report
+findings and a way to end the run."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from sleuth.tools.artifacts import ArtifactStore
+if TYPE_CHECKING:  # the agent's start-up imports this module; numpy and scipy wait until an investigation exists
+    from sleuth.tools.artifacts import ArtifactStore
+    from sleuth.tools.findings import Finding
+    from sleuth.tools.investigation import Investigation
 
 
 @dataclass
 class ToolContext:
-    """Shared by all tool calls of one run. A plain dataclass: later layers add their own attributes."""
+    """Shared by all tool calls of one run."""
 
+    investigation: Investigation | None = None
+    """The class under audit and everything its tools share; None in a run without one."""
     artifacts: ArtifactStore | None = None
+    llm: Callable[[str], str] | None = None
+    """A language model for tools that write text (caption perturbations); None offline."""
+    on_finding: Callable[[Finding], None] | None = None
+    """Called with each finding a tool records; the agent writes it to the transcript."""
     finished: bool = False
     """Set by a tool (``finish``) to end the run after the current call."""
     final_answer: str | None = None
-    emit: Callable[[object], None] | None = None
-    """Lets a tool report progress or ask for a finding to be recorded; the agent decides what to do with it."""
-    extra: dict[str, Any] = field(default_factory=dict)

@@ -20,11 +20,13 @@ import math
 import numpy as np
 from pydantic import BaseModel, Field
 
+from sleuth.tools import stats
 from sleuth.tools.backends.base import BackendError, EditOutcome, Generation, edit_cost
 from sleuth.tools.backends.criteria import failed as failed_by_criterion
 from sleuth.tools.cache import edit_key
 from sleuth.tools.investigation import Investigation, Sample
 from sleuth.tools.registry import ToolError
+from sleuth.tools.text import pv
 
 MAX_PAIRS = 200
 """Most images one counterfactual measurement edits, whatever the editor."""
@@ -71,7 +73,8 @@ def paired_counts(flips: list[Flip]) -> PairedCounts:
                     by[name] = by.get(name, 0) + 1
     return PairedCounts(pairs=len(kept), to_failure=sum(not f.failed_before and f.failed_after for f in kept),
                         to_correct=sum(f.failed_before and not f.failed_after for f in kept),
-                        failed_before=sum(f.failed_before for f in kept), failed_after=sum(f.failed_after for f in kept),
+                        failed_before=sum(f.failed_before for f in kept),
+                        failed_after=sum(f.failed_after for f in kept),
                         excluded=len(flips) - len(kept), excluded_by=by)
 
 
@@ -106,6 +109,10 @@ def counterfactual_size(inv: Investigation, asked: int) -> tuple[int, list[str]]
 
 
 # -- editing ------------------------------------------------------------------------------------------------------
+
+
+def mcnemar_text(m: stats.McNemar) -> str:
+    return f"McNemar: {m.b} flipped to failure, {m.c} back, p={pv(m.p_value)}"
 
 
 def counterfactual_pairs(inv: Investigation, sample: Sample, source: str, target: str) -> tuple[list[Flip], list[bool]]:

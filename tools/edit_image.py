@@ -13,7 +13,9 @@ from pydantic import BaseModel, Field
 
 from sleuth.tools import stats
 from sleuth.tools.common import investigation
-from sleuth.tools.counterfactual import Flip, edit_and_classify, paired_counts
+from sleuth.tools.context import ToolContext
+from sleuth.tools.counterfactual import Flip, edit_and_classify, mcnemar_text, paired_counts
+from sleuth.tools.text import Line, pv
 
 NAME = "edit_image"
 
@@ -36,7 +38,20 @@ class Result(BaseModel):
     notes: list[str] = Field(default_factory=list)
 
 
-def run(args: Args, ctx: object) -> Result:
+def summary(r: Result) -> str:
+    return (f"{len(r.edits)} images edited: {r.to_failure} became failures, {r.to_correct} became correct"
+            + (f", McNemar p={pv(r.mcnemar.p_value)}" if r.mcnemar else ""))
+
+
+def render(r: Result) -> list[Line]:
+    n = len(r.edits)
+    line: Line = [(f"{n} image{'s' * (n != 1)} edited: {r.to_failure} now fail, {r.to_correct} now pass", "")]
+    if r.mcnemar:
+        line.append((f"; {mcnemar_text(r.mcnemar)}", "dim"))
+    return [line]
+
+
+def run(args: Args, ctx: ToolContext) -> Result:
     inv = investigation(ctx)
     gens = [inv.generation(ref) for ref in args.images]
     charged = inv.budget.editing

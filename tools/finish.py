@@ -6,6 +6,9 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from sleuth.tools.context import ToolContext
+from sleuth.tools.text import Line, quote
+
 NAME = "finish"
 
 
@@ -24,8 +27,16 @@ def conclusions(recorded: Result, replayed: Result) -> list[tuple[str, Any, Any]
                                                                     replayed.n_findings)]
 
 
-def run(args: Args, ctx: object) -> Result:
-    inv = getattr(ctx, "investigation", None)
-    ctx.finished = True  # type: ignore[attr-defined]
-    ctx.final_answer = args.summary  # type: ignore[attr-defined]
+def summary(r: Result) -> str:
+    return f"finished: {quote(r.summary)}"
+
+
+def render(r: Result) -> list[Line]:
+    return [[(r.summary, "")]]
+
+
+def run(args: Args, ctx: ToolContext) -> Result:
+    inv = ctx.investigation
+    ctx.finished = True
+    ctx.final_answer = args.summary
     return Result(summary=args.summary, n_findings=len(inv.findings) if inv is not None else 0)

@@ -9,14 +9,17 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from sleuth.tools.common import SampleSummary, investigation, summarise
+from sleuth.tools.common import SampleSummary, confusions_text, investigation, sample_line, summarise
+from sleuth.tools.context import ToolContext
 from sleuth.tools.investigation import merge, normalise_caption
+from sleuth.tools.text import Line, cut, kn_short, quote
 
 NAME = "generate_and_classify"
 
 
 class Args(BaseModel):
-    prompt: str = Field(description="Text prompt for the generator, e.g. 'a realistic photograph of a cat in the snow'.")
+    prompt: str = Field(description="Text prompt for the generator, e.g. 'a realistic photograph of a dog in the "
+                                    "rain'.")
     n: int = Field(100, description="Number of images to generate (fresh seeds).", ge=1, le=5000)
     target_label: str | None = Field(None, description="A label whose hits to count, e.g. the suspected confusion.")
 
@@ -28,7 +31,17 @@ class Result(BaseModel):
     success_images: list[str] = Field(description="Refs of up to 4 correctly classified images.")
 
 
-def run(args: Args, ctx: object) -> Result:
+def summary(r: Result) -> str:
+    s = r.summary
+    return (f"{r.measurement_id}: prompt {quote(s.prompt)} failures {kn_short(s.failures)}; "
+            f"confusions: {confusions_text(s)}")
+
+
+def render(r: Result) -> list[Line]:
+    return [[(f"{r.measurement_id} ", "bold"), (cut(r.summary.prompt, 80), "")], sample_line(r.summary)]
+
+
+def run(args: Args, ctx: ToolContext) -> Result:
     inv = investigation(ctx)
     sample = inv.sample(args.prompt, args.n, target_label=args.target_label)
     m = inv.store(sample)

@@ -15,7 +15,9 @@ from sleuth.tools import stats
 from sleuth.tools.artifacts import ArtifactStore
 from sleuth.tools.backends.base import Backends, Generation, LabelSpace
 from sleuth.tools.backends.criteria import failed as failed_by_criterion
-from sleuth.tools.cache import PredictionCache, Prediction
+from sleuth.tools.cache import Prediction, PredictionCache
+from sleuth.tools.defaults import ALPHA, BUDGET
+from sleuth.tools.findings import Finding
 from sleuth.tools.registry import ToolError
 
 Criterion = Literal["top1", "topk", "parent"]
@@ -31,7 +33,7 @@ MAX_IMAGES_PER_CALL = 5000
 
 @dataclass
 class Budget:
-    images: int = 20_000
+    images: int = BUDGET
     used: int = 0
     editing: int = 0
     """Of ``used``: images' worth charged for counterfactual editing (inversions and edits, at the editor's declared
@@ -132,7 +134,7 @@ class Investigation:
     label: str
     criterion: Criterion = "top1"
     top_k: int = 3
-    alpha: float = 0.05
+    alpha: float = ALPHA
     adjust_method: str = "holm"
     budget: Budget = field(default_factory=Budget)
     artifacts: ArtifactStore | None = None
@@ -148,7 +150,7 @@ class Investigation:
     generations: dict[str, Generation] = field(default_factory=dict)
     tests: list[Test] = field(default_factory=list)
     baselines: dict[str, Sample] = field(default_factory=dict)
-    findings: list[dict] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         labels = self.backends.classifier.labels
@@ -204,27 +206,30 @@ class Investigation:
             chunk = todo[start:start + batch]
             out = gen.generate([prompt] * len(chunk), [seeds[i] for i in chunk])
             logits = np.asarray(clf.logits([g.image for g in out]))
-            fresh = []
+            fresh: list[tuple[int, Prediction]] = []
             for i, g, row in zip(chunk, out, logits):
                 gens[i] = g
-                preds[i] = Prediction.from_logits(row, g.valid, g.unrendered)
-                fresh.append((seeds[i], preds[i]))
+                pred = Prediction.from_logits(row, g.valid, g.unrendered)
+                preds[i] = pred
+                fresh.append((seeds[i], pred))
             if cacheable:
                 assert self.cache is not None
                 self.cache.put_many(gen.id, clf.id, prompt, fresh)
             done += len(chunk)
             if self.progress is not None:
                 self.progress(task, done, n)
-        rows = np.stack([p.logits(n_labels) for p in preds])  # type: ignore[union-attr]
+        got = [p for p in preds if p is not None]
+        assert len(got) == n, "every seed has a prediction by now"
+        rows = np.stack([p.logits(n_labels) for p in got])
         bad = failed_by_criterion(rows, self.label, self.labels, self.criterion, k=self.top_k)
         k = max(self.top_k, 1)
-        topk = [[self.labels.labels[j] for j in p.indices[:k]] for p in preds]  # type: ignore[union-attr]
+        topk = [[self.labels.labels[j] for j in p.indices[:k]] for p in got]
         labels = [t[0] for t in topk]
-        valid = np.array([p.valid for p in preds], dtype=bool)  # type: ignore[union-attr]
+        valid = np.array([p.valid for p in got], dtype=bool)
         failed = bad.astype(bool) & valid
         unrendered: list[str] = []
-        for p in preds:
-            for w in p.unrendered:  # type: ignore[union-attr]
+        for p in got:
+            for w in p.unrendered:
                 if w not in unrendered:
                     unrendered.append(w)
         hits = np.array([lab == target_label for lab in labels], dtype=bool) if target_label else np.zeros(n, bool)
@@ -300,10 +305,6 @@ class Investigation:
             if t.id == tid:
                 return t
         raise ToolError(f"unknown test {tid!r} (known: {', '.join(t.id for t in self.tests) or 'none yet'})")
-
-    def tests_of(self, caption: str, purpose: Purpose) -> list[Test]:
-        key = normalise_caption(caption)
-        return [t for t in self.tests if t.purpose == purpose and normalise_caption(t.caption) == key]
 
 
 def merge(a: Sample, b: Sample) -> Sample:

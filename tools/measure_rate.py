@@ -16,10 +16,13 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from sleuth.tools import stats
-from sleuth.tools.common import SampleSummary, investigation, summarise
-from sleuth.tools.counterfactual import Flip, counterfactual_pairs, counterfactual_size, paired_counts
+from sleuth.tools.common import SampleSummary, investigation, sample_line, summarise
+from sleuth.tools.context import ToolContext
+from sleuth.tools.counterfactual import Flip, counterfactual_pairs, counterfactual_size, mcnemar_text, paired_counts
+from sleuth.tools.defaults import BASELINE_N
 from sleuth.tools.investigation import Investigation, Purpose, Test, merge
 from sleuth.tools.registry import ToolError
+from sleuth.tools.text import VERDICT_STYLE, Line, kn, kn_short, pv, quote, ratio
 
 NAME = "measure_rate"
 
@@ -27,14 +30,16 @@ Verdict = Literal["supported", "not supported", "inconclusive"]
 
 
 class Args(BaseModel):
-    caption: str = Field(description="The hypothesis as a caption, e.g. 'a realistic photograph of a cat. it is in the snow.'")
+    caption: str = Field(description="The hypothesis as a caption, e.g. 'a realistic photograph of a dog. it is in "
+                                     "the rain.'")
     target_label: str | None = Field(None, description="Suspected confusion label; its hit rate is reported too.")
     confirm: bool = Field(False, description="Re-measure on fresh confirmation seeds (required before record_finding).")
     mode: Literal["sample", "counterfactual"] = Field(
         "sample", description="'sample': generate the caption; 'counterfactual': edit class images to the caption.")
     max_n: int = Field(800, ge=20, le=5000, description="Most images to spend on the caption (sequential stopping).")
     first_n: int = Field(100, ge=10, le=2000, description="Images at the first look.")
-    baseline_n: int = Field(1000, ge=50, le=20000, description="Least baseline size (class prompt, same seed space).")
+    baseline_n: int = Field(BASELINE_N, ge=50, le=20_000,
+                            description="Least baseline size (class prompt, same seed space).")
 
 
 class Result(BaseModel):
@@ -52,6 +57,7 @@ class Result(BaseModel):
     looks: list[int] = Field(default_factory=list, description="Sample sizes at which the test looked.")
     stopped: str = ""
     mcnemar: stats.McNemar | None = None
+    edited: stats.Rate | None = Field(None, description="Counterfactual mode: failures among the edited images.")
     flips: list[Flip] = Field(default_factory=list)
     measurement_id: str | None = None
     verdict: Verdict
@@ -60,7 +66,33 @@ class Result(BaseModel):
                                                          "budget (class images generated, and their editing).")
 
 
-def run(args: Args, ctx: object) -> Result:
+def summary(r: Result) -> str:
+    mode = ", counterfactual" if r.mode == "counterfactual" else ""
+    rate = kn_short(r.hypothesis.failures) if r.hypothesis else f"edits {kn_short(r.edited)}"
+    paired = f", McNemar b={r.mcnemar.b} c={r.mcnemar.c}" if r.mcnemar else ""
+    return (f"{r.test_id} ({r.purpose}{mode}) {quote(r.caption)}: {rate} vs baseline {kn_short(r.baseline)}, "
+            f"ratio {ratio(r.rate_ratio)}, p={pv(r.p_value)}, adjusted p={pv(r.adjusted_p)}{paired}, {r.verdict}")
+
+
+def render(r: Result) -> list[Line]:
+    kind = f"  {r.purpose}" + (", counterfactual" if r.mode == "counterfactual" else "")
+    lines: list[Line] = [[(f"{r.test_id} ", "bold"), (r.verdict, VERDICT_STYLE.get(r.verdict, "")), (kind, "dim")]]
+    if r.hypothesis is not None:
+        lines.append([("hypothesis  ", "key"), *sample_line(r.hypothesis)])
+    if r.edited is not None:
+        lines.append([("edited      ", "key"), (f"failures {kn(r.edited)}", "")])
+    if r.mcnemar is not None:
+        lines.append([("edits       ", "key"), (mcnemar_text(r.mcnemar), "")])
+    lines.append([("baseline    ", "key"), (kn(r.baseline), "")])
+    lines.append([("rate ratio  ", "key"), (ratio(r.rate_ratio), "")])
+    looks = f"; looks at n={', '.join(map(str, r.looks))}, stopped: {r.stopped}" if r.looks else ""
+    lines.append([("p           ", "key"), (f"{pv(r.p_value)}, {r.adjust_method}-adjusted {pv(r.adjusted_p)} over "
+                                            f"{r.family_size} tests{looks}", "")])
+    lines += [[("note        ", "key"), (note, "warn")] for note in r.notes]
+    return lines
+
+
+def run(args: Args, ctx: ToolContext) -> Result:
     inv = investigation(ctx)
     if inv.label.lower() not in args.caption.lower():
         raise ToolError(f"the caption must name the class under audit ({inv.label!r}): {args.caption!r}")
@@ -157,7 +189,8 @@ def _counterfactual(inv: Investigation, args: Args, purpose: Purpose) -> Result:
         test_id=test.id, caption=args.caption, purpose=purpose, mode="counterfactual",
         baseline=stats.binomial_rate(pc.failed_before, pc.pairs), rate_ratio=ratio, p_value=mc.p_value,
         adjusted_p=test.adjusted_p, family_size=len(family), adjust_method=inv.adjust_method,
-        mcnemar=mc, flips=[f for f in flips if f.counted and f.failed_before != f.failed_after][:8], verdict=verdict,
+        mcnemar=mc, edited=stats.binomial_rate(pc.failed_after, pc.pairs),
+        flips=[f for f in flips if f.counted and f.failed_before != f.failed_after][:8], verdict=verdict,
         notes=[*notes, (f"{len(flips)} images edited from {inv.class_prompt!r}; of the {pc.pairs} counted, "
                         f"{pc.failed_before} fail before the edit; after the edit {pc.failed_after}/{pc.pairs} fail"),
                *([excluded] if excluded else [])],

@@ -19,8 +19,10 @@ from pydantic import BaseModel, Field, ValidationError
 
 from sleuth.tools.backends.base import Vocabulary
 from sleuth.tools.common import investigation
+from sleuth.tools.context import ToolContext
 from sleuth.tools.investigation import join_sentences, split_sentences
 from sleuth.tools.registry import ToolError
+from sleuth.tools.text import MAX_ITEMS, Line, quote
 
 NAME = "perturb_caption"
 
@@ -137,7 +139,8 @@ def check(caption: str, label: str, labels: tuple[str, ...]) -> str | None:
     if not re.search(rf"\b{re.escape(label.lower())}\b", text):
         return f"drops the class {label!r}"
     for other in labels:
-        if other != label and other.lower() not in label.lower() and re.search(rf"\b{re.escape(other.lower())}\b", text):
+        named = re.search(rf"\b{re.escape(other.lower())}\b", text)
+        if other != label and other.lower() not in label.lower() and named:
             return f"names another class {other!r}"
     return None
 
@@ -159,10 +162,32 @@ def llm_edits(llm: Any, caption: str, label: str, labels: tuple[str, ...], types
     try:
         return _LLMReply.model_validate_json(text).edits
     except ValidationError as e:
-        raise ToolError(f"the LLM's perturbations were not valid JSON of the expected form: {e.errors()[0]['msg']}")
+        raise ToolError("the LLM's perturbations were not valid JSON of the expected form: "
+                        f"{e.errors()[0]['msg']}") from None
 
 
-def run(args: Args, ctx: object) -> Result:
+def summary(r: Result) -> str:
+    edits = [quote(e.caption) for e in [*r.edits, *r.refinements][:6]]
+    return f"{len(r.edits) + len(r.refinements)} rewrites of {quote(r.caption)}: {'; '.join(edits) or 'none'}"
+
+
+def render(r: Result) -> list[Line]:
+    both = [*r.edits, *r.refinements]
+    lines: list[Line] = [[(f"{len(r.edits)} edits, {len(r.refinements)} refinements ({r.source})", "bold")]]
+    lines += [[(f"{e.type}: ", "key"), (e.edit, "")] for e in both[:MAX_ITEMS]]
+    if len(both) > MAX_ITEMS:
+        lines.append([(f"… +{len(both) - MAX_ITEMS}", "dim")])
+    if r.rejected:
+        lines.append([(f"{len(r.rejected)} refused (dropped the class or named another)", "dim")])
+    return lines
+
+
+def replayable(r: Result) -> bool:
+    """Edits a language model proposed cannot be made again offline (they change no state, so they need not be)."""
+    return r.source != "llm"
+
+
+def run(args: Args, ctx: ToolContext) -> Result:
     inv = investigation(ctx)
     label = inv.label
     labels = inv.labels.labels
@@ -171,7 +196,7 @@ def run(args: Args, ctx: object) -> Result:
     vocab = inv.backends.vocabulary
     if not any([vocab.background, vocab.object, vocab.adjective, vocab.domain, vocab.subject]):
         vocab = builtin_vocabulary()
-    llm = getattr(ctx, "llm", None)
+    llm = ctx.llm
     if llm is not None:
         proposed, source = llm_edits(llm, args.caption, label, labels, args.types, args.n), "llm"
     else:

@@ -13,8 +13,11 @@ from pydantic import BaseModel, Field
 
 from sleuth.tools import stats
 from sleuth.tools.common import investigation
+from sleuth.tools.context import ToolContext
+from sleuth.tools.findings import Evidence, Finding
 from sleuth.tools.investigation import Test, normalise_caption
 from sleuth.tools.registry import ToolError
+from sleuth.tools.text import Line, kn, pv, quote, ratio
 
 NAME = "record_finding"
 
@@ -27,24 +30,7 @@ class Args(BaseModel):
     summary: str = Field("", description="One or two sentences in plain words: what fails, how often, why.")
 
 
-class Evidence(BaseModel):
-    test_id: str
-    hypothesis: stats.Rate
-    baseline: stats.Rate
-    rate_ratio: stats.RatioCI
-    p_value: float
-    adjusted_p: float
-    kind: str
-
-
-class Result(BaseModel):
-    finding_id: str
-    caption: str
-    summary: str
-    confirmed: bool
-    discovery: Evidence
-    confirmation: Evidence
-    counterfactual: Evidence | None = None
+Result = Finding
 
 
 def evidence(t: Test) -> Evidence:
@@ -64,7 +50,18 @@ def conclusions(recorded: Result, replayed: Result) -> list[tuple[str, Any, Any]
     return out
 
 
-def run(args: Args, ctx: object) -> Result:
+def summary(r: Result) -> str:
+    return f"finding {r.finding_id} recorded: {quote(r.caption)}"
+
+
+def render(r: Result) -> list[Line]:
+    c = r.confirmation
+    return [[(f"finding {r.finding_id}: ", "bold"), (r.caption, "bold")],
+            [("confirmation ", "key"), (f"{kn(c.hypothesis)} vs {kn(c.baseline)}, {ratio(c.rate_ratio)}, "
+                                        f"adjusted p {pv(c.adjusted_p)}", "")]]
+
+
+def run(args: Args, ctx: ToolContext) -> Result:
     inv = investigation(ctx)
     d = inv.test(args.discovery_test)
     c = inv.test(args.confirmation_test)
@@ -82,14 +79,13 @@ def run(args: Args, ctx: object) -> Result:
         raise ToolError(f"not recorded: confirmation {c.id} is not significant (adjusted p = {c.adjusted_p:.3g}, "
                         f"{c.k1}/{c.n1} vs baseline {c.k0}/{c.n0}); the effect did not replicate on fresh seeds")
     cf = inv.test(args.counterfactual_test) if args.counterfactual_test else None
-    if any(normalise_caption(f["caption"]) == normalise_caption(args.caption) for f in inv.findings):
+    if any(normalise_caption(f.caption) == normalise_caption(args.caption) for f in inv.findings):
         raise ToolError(f"a finding with this caption is already recorded: {args.caption!r}")
     result = Result(
         finding_id=f"f{len(inv.findings) + 1}", caption=args.caption, summary=args.summary, confirmed=True,
         discovery=evidence(d), confirmation=evidence(c), counterfactual=evidence(cf) if cf else None,
     )
-    inv.findings.append(result.model_dump(mode="json"))
-    emit = getattr(ctx, "emit", None)
-    if emit is not None:
-        emit({"kind": "finding", "finding_id": result.finding_id, "finding": result.model_dump(mode="json")})
+    inv.findings.append(result)
+    if ctx.on_finding is not None:
+        ctx.on_finding(result)
     return result

@@ -1,8 +1,14 @@
 """The tool contract: a tool is a module with ``NAME``, ``Args``, ``Result``, ``run(args, ctx)`` and a docstring.
 
+Optional, each about a ``Result``: ``summary(result) -> str`` (one line for a language model's context),
+``render(result) -> list[Line]`` (styled lines for a terminal; see ``sleuth.tools.text``), ``replayable(result) ->
+bool`` (False: the call cannot be run again offline, e.g. its output came from a language model) and
+``conclusions(recorded, replayed)`` (the conclusions a re-run no longer reproduces).
+
 The registry turns those modules into the schemas an LLM sees (OpenAI / litellm tool format), validates the
-arguments a planner sends, and runs the call. ``ToolError`` is the caller's fault and goes back to the planner as
-text it can act on; any other exception from a tool is a bug and stops the run.
+arguments a planner sends, runs the call, and reads recorded results back into the tool's ``Result`` (the one place a
+transcript's JSON becomes typed again). ``ToolError`` is the caller's fault and goes back to the planner as text it
+can act on; any other exception from a tool is a bug and stops the run.
 """
 
 from __future__ import annotations
@@ -30,6 +36,9 @@ class Tool:
     args_model: type[BaseModel]
     result_model: type[BaseModel]
     run: Callable[[Any, Any], BaseModel]
+    summary: Callable[[Any], str] | None = None
+    render: Callable[[Any], list[Any]] | None = None
+    replayable: Callable[[Any], bool] | None = None
     conclusions: Callable[[Any, Any], list[tuple[str, Any, Any]]] | None = None
     """``conclusions(recorded, replayed)``: the conclusions a re-run no longer reproduces, as (name, recorded,
     re-run); verification calls a difference in them *different*, any other difference at most *drifted*."""
@@ -57,7 +66,9 @@ def tool_from_module(module: ModuleType) -> Tool:
         raise TypeError(f"tool module {where} lacks: {'; '.join(missing)}")
     first = inspect.cleandoc(module.__doc__ or "").split("\n\n")[0]
     return Tool(name=module.NAME, description=" ".join(first.split()), args_model=module.Args,
-                result_model=module.Result, run=module.run, conclusions=getattr(module, "conclusions", None))
+                result_model=module.Result, run=module.run, summary=getattr(module, "summary", None),
+                render=getattr(module, "render", None), replayable=getattr(module, "replayable", None),
+                conclusions=getattr(module, "conclusions", None))
 
 
 # -- schemas ---------------------------------------------------------------------------------------------
@@ -205,6 +216,16 @@ class Registry:
             desc = f" ({prop['description']})" if prop and prop.get("description") else ""
             return f"{loc}: missing{expected}{desc}"
         return f"{loc}: {err['msg']}{expected}; got {_short(err.get('input'))}"
+
+    def result(self, name: str, data: dict[str, Any] | None) -> BaseModel | None:
+        """A recorded result read back into the tool's ``Result``; None for an unknown tool or a result that no
+        longer fits it (a transcript of an older version)."""
+        if data is None or name not in self._tools:
+            return None
+        try:
+            return self._tools[name].result_model.model_validate(data)
+        except ValidationError:
+            return None
 
     def call(self, name: str, raw: str | dict[str, Any], ctx: Any) -> BaseModel:
         """Validate and run one call. ``ToolError`` is for the planner; anything else propagates as a bug."""

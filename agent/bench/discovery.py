@@ -17,10 +17,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sleuth.agent.bench import PLANNER_HELP, PLANNERS
-from sleuth.agent.loop import Planner
-from sleuth.agent.planners.protocol import ProtocolPlanner
-from sleuth.agent.planners.random_perturb import RandomPerturbationPlanner
+from sleuth.agent.config import PlannerConfig, RunConfig
+from sleuth.agent.planners import OFFLINE_PLANNERS as PLANNERS
 from sleuth.agent.session import Session
 from sleuth.tools import stats
 from sleuth.tools.backends.base import Backends
@@ -29,23 +27,13 @@ from sleuth.tools.backends.toyworld.config import World
 from sleuth.tools.backends.toyworld.null import NullClassifier
 from sleuth.tools.backends.toyworld.parser import parse
 from sleuth.tools.cache import PredictionCache
+from sleuth.tools.defaults import ALPHA, BASELINE_N, BUDGET
+from sleuth.tools.findings import FindingSummary
 
 ORACLE_SEED = 1 << 50
 """The oracle's seeds lie beyond every investigation's discovery and confirmation seeds."""
 
 Progress = Callable[[str, int, int], None]
-
-
-def make_planner(name: str, label: str, class_prompt: str, *, budget: int, seed: int,
-                 baseline_n: int = 1000) -> Planner:
-    if name == "protocol":
-        return ProtocolPlanner(label, class_prompt, baseline_n=baseline_n)
-    if name == "wiles":
-        return ProtocolPlanner(label, class_prompt, baseline_n=baseline_n, explore=False, refine=False,
-                               counterfactual=False, name="wiles")
-    if name == "random":
-        return RandomPerturbationPlanner(label, class_prompt, budget=budget, seed=seed, baseline_n=baseline_n)
-    raise ValueError(f"unknown planner {name!r} (known: {', '.join(PLANNERS)})")
 
 
 def _json_number(x: float | str | None) -> float | None:
@@ -70,19 +58,16 @@ class RunRecord:
 
 
 def run_investigation(backends: Backends, label: str, seed: int, planner: str, *, budget: int, baseline_n: int,
-                      run_dir: Path, criterion: str = "top1", alpha: float = 0.05) -> RunRecord:
+                      run_dir: Path, criterion: str = "top1", alpha: float = ALPHA) -> RunRecord:
     """One investigation with its own in-memory prediction cache, so planners are timed on equal terms."""
-    config = {"class": label, "seed": seed, "budget": budget, "baseline_n": baseline_n, "planner": planner,
-              "criterion": criterion, "alpha": alpha, "bench": True}
-    session = Session(backends=backends, label=label, run_dir=run_dir, config=config, seed=seed, budget=budget,
-                      criterion=criterion, alpha=alpha, cache=PredictionCache())
+    config = RunConfig.model_validate({"class": label, "seed": seed, "budget": budget, "criterion": criterion,
+                                       "alpha": alpha, "planner": PlannerConfig(name=planner, baseline_n=baseline_n)})
+    session = Session(backends=backends, config=config, run_dir=run_dir, cache=PredictionCache())
     t0 = time.perf_counter()
-    result = session.run(make_planner(planner, label, backends.prompt_for(label), budget=budget, seed=seed,
-                                      baseline_n=baseline_n))
+    result = session.run(session.planner())
     seconds = time.perf_counter() - t0
     inv = session.investigation
-    findings = [{"caption": f["caption"], "rate_ratio": _json_number(f["discovery"]["rate_ratio"]["ratio"])}
-                for f in inv.findings if f["confirmed"]]
+    findings = [FindingSummary.of(label, f).model_dump(mode="json") for f in inv.findings if f.confirmed]
     return RunRecord(planner, label, seed, result.status, inv.budget.used, round(seconds, 2),
                      str(session.transcript), findings)
 
@@ -169,8 +154,8 @@ class DiscoveryBench:
     classes: Sequence[str] | None = None
     planners: Sequence[str] = PLANNERS
     seeds: Sequence[int] = (0,)
-    budget: int = 20_000
-    baseline_n: int = 1000
+    budget: int = BUDGET
+    baseline_n: int = BASELINE_N
     oracle_n: int = 10_000
     root: Path = Path("runs") / "bench"
     progress: Progress | None = None
@@ -206,8 +191,8 @@ class Calibration:
     planner: str = "protocol"
     world: str | None = None
     failure_rate: float = 0.05
-    budget: int = 20_000
-    baseline_n: int = 1000
+    budget: int = BUDGET
+    baseline_n: int = BASELINE_N
     root: Path = Path("runs") / "calibrate"
     progress: Progress | None = None
 

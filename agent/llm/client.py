@@ -11,10 +11,10 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from sleuth.agent.events import Usage
 from sleuth.agent.redact import is_secret_key, mask_string, register_secret
@@ -42,11 +42,18 @@ class LLMConfig(BaseModel):
     api_key_env: str | None = Field(None, description="Environment variable holding the API key; None: litellm's "
                                                       "provider default (OPENAI_API_KEY, ANTHROPIC_API_KEY, ...).")
     timeout_s: float = Field(120.0, gt=0, description="Seconds before one request times out.")
-    retries: int = Field(4, ge=0, description="Retries of a rate-limited, timed-out or failed request.")
+    retries: int = Field(4, ge=0, le=20, description="Retries of a rate-limited, timed-out or failed request.")
     backoff_s: float = Field(2.0, ge=0, description="First retry delay; it doubles on each retry.")
     max_backoff_s: float = Field(60.0, ge=0)
     temperature: float | None = Field(0.0, description="None: the provider's default.")
     max_tokens: int | None = Field(2048, description="Most tokens per reply.")
+
+    @field_validator("api_base")
+    @classmethod
+    def _url(cls, url: str | None) -> str | None:
+        if url is not None and not url.startswith(("http://", "https://")):
+            raise ValueError(f"must be an http:// or https:// URL, got {url!r}")
+        return url
 
 
 class RawToolCall(BaseModel):
@@ -88,7 +95,7 @@ def protect_logs() -> None:
             logger.addFilter(_FILTER)
 
 
-def register_environment_secrets(environ: dict[str, str] | None = None) -> None:
+def register_environment_secrets(environ: Mapping[str, str] | None = None) -> None:
     """Register every environment value stored under a secret-looking name (OPENAI_API_KEY, HF_TOKEN, ...):
     litellm reads provider keys from the environment, so any of them may end up in an error message."""
     for name, value in (os.environ if environ is None else environ).items():
@@ -210,7 +217,7 @@ class LLMClient:
         choices = getattr(response, "choices", None) or []
         message = choices[0].message if choices else None
         calls: list[RawToolCall] = []
-        for i, tc in enumerate(getattr(message, "tool_calls", None) or []):
+        for tc in getattr(message, "tool_calls", None) or []:
             fn = getattr(tc, "function", None)
             calls.append(RawToolCall(id=str(getattr(tc, "id", None) or ""), name=str(getattr(fn, "name", "") or ""),
                                      arguments=str(getattr(fn, "arguments", "") or "")))

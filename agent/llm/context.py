@@ -158,8 +158,8 @@ def _thumbnail(store: ArtifactStore, ref: str, px: int) -> str | None:
         path = store.path(ref)
     except KeyError:
         return None
-    with Image.open(path) as im:
-        im = im.convert("RGB")
+    with Image.open(path) as opened:
+        im = opened.convert("RGB")
         im.thumbnail((px, px))
         buf = io.BytesIO()
         im.save(buf, format="PNG")

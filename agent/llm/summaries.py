@@ -11,8 +11,9 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Callable
 from typing import Any
+
+from sleuth.tools import investigation_tools
 
 REF_RE = re.compile(r"^[0-9a-f]{64}$")
 ALIAS_RE = re.compile(r"^(?:img:)?([0-9a-f]{8,64})$")
@@ -77,91 +78,17 @@ def quote(text: str) -> str:
 # -- one-line summaries -------------------------------------------------------------------------------------
 
 
-def _num(x: Any) -> str:
-    if x is None:
-        return "inf"
-    try:
-        return f"{float(x):.3g}"
-    except (TypeError, ValueError):
-        return str(x)
-
-
-def rate(r: dict[str, Any] | None) -> str:
-    if not r:
-        return "n/a"
-    return f"{r['k']}/{r['n']} [{100 * r['low']:.1f}%, {100 * r['high']:.1f}%]"
-
-
-def ratio(r: dict[str, Any] | None) -> str:
-    if not r:
-        return "n/a"
-    return f"{_num(r['ratio'])}x [{_num(r['low'])}, {_num(r['high'])}]"
-
-
-def _generate(r: dict[str, Any]) -> str:
-    s = r["summary"]
-    conf = ", ".join(f"{c['label']} ({c['count']})" for c in s.get("confusions", [])[:3]) or "none"
-    return f"{r['measurement_id']}: prompt {quote(s['prompt'])} failures {rate(s['failures'])}; confusions: {conf}"
-
-
-def _caption(r: dict[str, Any]) -> str:
-    hyps = "; ".join(f"{quote(h['caption'])} ({h['n_images']} images, predicted {h['predicted_label']})"
-                     for h in r.get("hypotheses", [])[:5])
-    return f"{r['measurement_id']}: {r['n_failures']} failures captioned; hypotheses: {hyps or 'none'}"
-
-
-def _perturb(r: dict[str, Any]) -> str:
-    edits = [quote(e["caption"]) for e in (r.get("edits", []) + r.get("refinements", []))[:6]]
-    total = len(r.get("edits", [])) + len(r.get("refinements", []))
-    return f"{total} rewrites of {quote(r['caption'])}: {'; '.join(edits) or 'none'}"
-
-
-def _measure(r: dict[str, Any]) -> str:
-    hyp = (r.get("hypothesis") or {}).get("failures")
-    mode = ", counterfactual" if r.get("mode") == "counterfactual" else ""
-    mc = r.get("mcnemar")
-    paired = f", McNemar b={mc['b']} c={mc['c']}" if mc else ""
-    return (f"{r['test_id']} ({r['purpose']}{mode}) {quote(r['caption'])}: {rate(hyp) if hyp else 'edits'} vs baseline "
-            f"{rate(r['baseline'])}, ratio {ratio(r.get('rate_ratio'))}, p={_num(r['p_value'])}, "
-            f"adjusted p={_num(r['adjusted_p'])}{paired}, {r['verdict']}")
-
-
-def _edit(r: dict[str, Any]) -> str:
-    mc = r.get("mcnemar")
-    return (f"{len(r.get('edits', []))} images edited: {r['to_failure']} became failures, {r['to_correct']} became "
-            f"correct" + (f", McNemar p={_num(mc['p_value'])}" if mc else ""))
-
-
-def _finding(r: dict[str, Any]) -> str:
-    return f"finding {r['finding_id']} recorded: {quote(r['caption'])}"
-
-
-def _finish(r: dict[str, Any]) -> str:
-    return f"finished: {quote(r.get('summary', ''))}"
-
-
-SUMMARISERS: dict[str, Callable[[dict[str, Any]], str]] = {
-    "generate_and_classify": _generate,
-    "caption_failures": _caption,
-    "perturb_caption": _perturb,
-    "measure_rate": _measure,
-    "edit_image": _edit,
-    "record_finding": _finding,
-    "finish": _finish,
-}
-
-
 def summary_line(name: str, ok: bool, result: dict[str, Any] | None, error: str | None) -> str:
-    """One line that keeps what later reasoning needs (ids, rates, verdicts), for results that aged out."""
+    """One line that keeps what later reasoning needs (ids, rates, verdicts), for results that aged out: the tool's
+    own ``summary`` of its typed result, else a short generic form."""
     if not ok:
         text = error or "failed"
         return "error: " + quote(text if len(text) <= 300 else text[:299] + "…")
-    fn = SUMMARISERS.get(name)
-    if fn is not None and result is not None:
-        try:
-            return fn(result).replace("<", "\\u003c")
-        except (KeyError, TypeError, ValueError, IndexError):
-            pass  # an unfamiliar result shape: fall through to the generic form
+    reg = investigation_tools()
+    typed = reg.result(name, result)
+    summarise = reg.get(name).summary if name in reg else None
+    if typed is not None and summarise is not None:
+        return summarise(typed).replace("<", "\\u003c")
     text = data_json(shape(result or {}, max_list=3))
     return text if len(text) <= 300 else text[:299] + "…"
 

@@ -1,1 +1,103 @@
-"""Planners: whatever decides the next turn (reasoning, tool calls or a final answer) behind ``agent.loop.Planner``."""
+"""Planners: whatever decides the next turn (reasoning, tool calls or a final answer) behind ``runner.Planner``.
+
+``PLANNERS`` is the one registry of planners every command builds from (``--planner``, an audit's ``planner.name``,
+``sleuth bench --planners``); ``build_planner`` makes one from a ``PlannerConfig``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+from sleuth.agent.config import PlannerConfig
+from sleuth.agent.runner import Planner
+from sleuth.tools.defaults import ALPHA
+
+if TYPE_CHECKING:
+    from sleuth.agent.session import Session
+
+Mode = Literal["investigate", "chat"]
+
+
+@dataclass(frozen=True)
+class PlanFor:
+    """What a planner is built for."""
+
+    label: str
+    class_prompt: str
+    labels: tuple[str, ...]
+    budget: int
+    seed: int = 0
+    alpha: float = ALPHA
+    mode: Mode = "investigate"
+    session: Session | None = None
+    """The run the planner plans for: an LLM planner reads its images and lends its model to the tools."""
+
+
+@dataclass(frozen=True)
+class PlannerSpec:
+    name: str
+    help: str
+    build: Callable[[PlannerConfig, PlanFor], Planner]
+    offline: bool = True
+    """Needs no language model (the benchmark's default set)."""
+
+
+def _protocol(c: PlannerConfig, p: PlanFor) -> Planner:
+    from sleuth.agent.planners.protocol import ProtocolPlanner
+
+    return ProtocolPlanner(p.label, p.class_prompt, baseline_n=c.baseline_n)
+
+
+def _wiles(c: PlannerConfig, p: PlanFor) -> Planner:
+    from sleuth.agent.planners.protocol import ProtocolPlanner
+
+    return ProtocolPlanner(p.label, p.class_prompt, baseline_n=c.baseline_n, explore=False, refine=False,
+                           counterfactual=False, name="wiles")
+
+
+def _random(c: PlannerConfig, p: PlanFor) -> Planner:
+    from sleuth.agent.planners.random_perturb import RandomPerturbationPlanner
+
+    return RandomPerturbationPlanner(p.label, p.class_prompt, budget=p.budget, seed=p.seed, baseline_n=c.baseline_n)
+
+
+def _llm(c: PlannerConfig, p: PlanFor) -> Planner:
+    from sleuth.agent.llm import LLMClient, tool_llm
+    from sleuth.agent.llm.context import ContextConfig
+    from sleuth.agent.planners.llm import LLMPlanner
+    from sleuth.tools import investigation_tools
+
+    assert c.llm is not None  # PlannerConfig refuses the llm planner without a model
+    client = LLMClient(c.llm)
+    planner = LLMPlanner(client, investigation_tools(), label=p.label, class_prompt=p.class_prompt, labels=p.labels,
+                         budget=p.budget, alpha=p.alpha, mode=p.mode,
+                         context=ContextConfig(max_tokens=c.context_tokens, sees_images=c.sees_images))
+    if p.session is not None:
+        planner.artifacts = p.session.artifacts
+        p.session.ctx.llm = tool_llm(client)
+    return planner
+
+
+PLANNERS: dict[str, PlannerSpec] = {s.name: s for s in (
+    PlannerSpec("protocol", "captioning + single-attribute perturbations, refinement, counterfactuals, confirmation "
+                            "(offline, deterministic; the default)", _protocol),
+    PlannerSpec("wiles", "captioning of failures and confirmation only (Wiles et al.'s core loop, no refinement or "
+                         "edits)", _wiles),
+    PlannerSpec("random", "random caption perturbations on a fixed sample size, same budget, confirmation", _random),
+    PlannerSpec("llm", "a language model through litellm (--llm MODEL)", _llm, offline=False),
+)}
+
+
+OFFLINE_PLANNERS = tuple(name for name, spec in PLANNERS.items() if spec.offline)
+"""The planners that need no language model (the benchmark runs them by default)."""
+
+
+def build_planner(config: PlannerConfig, target: PlanFor) -> Planner:
+    """The planner ``config`` names, built for ``target``."""
+    try:
+        spec = PLANNERS[config.name]
+    except KeyError:
+        raise ValueError(f"unknown planner {config.name!r} (known: {', '.join(PLANNERS)})") from None
+    return spec.build(config, target)

@@ -20,12 +20,14 @@ from importlib import resources
 from string import Template
 from typing import Any, Literal
 
+from sleuth.agent.errors import PlannerError
 from sleuth.agent.events import Event, PlannerTurn, ToolCall, ToolReturned, Usage, UserMessage
 from sleuth.agent.llm.client import ContextTooLong, LLMClient, LLMError, LLMReply
 from sleuth.agent.llm.context import ContextConfig, build_messages
 from sleuth.agent.llm.summaries import expand_refs
-from sleuth.agent.loop import PlannerError, Turn
+from sleuth.agent.runner import Turn
 from sleuth.tools.artifacts import ArtifactStore
+from sleuth.tools.defaults import ALPHA
 from sleuth.tools.registry import Registry
 
 Mode = Literal["investigate", "chat"]
@@ -82,7 +84,7 @@ class LLMPlanner:
     """Its turns come from a model: resume and fork reuse the recorded turns instead of asking again."""
 
     def __init__(self, client: LLMClient, registry: Registry, *, label: str, class_prompt: str,
-                 labels: Sequence[str], budget: int | None = None, alpha: float = 0.05, mode: Mode = "investigate",
+                 labels: Sequence[str], budget: int | None = None, alpha: float = ALPHA, mode: Mode = "investigate",
                  context: ContextConfig | None = None, artifacts: ArtifactStore | None = None,
                  max_failed_turns: int = 3, max_empty_retries: int = 2, max_text_turns: int = 3) -> None:
         self.client = client

@@ -8,52 +8,58 @@ futility, so weak hypotheses cost little) -> refine the supported ones to the sh
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Sequence
-from typing import Any
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
 
-from sleuth.agent.events import Event, ToolCall
-from sleuth.agent.loop import Turn
+from sleuth.agent.events import ToolCall
+from sleuth.agent.planners.script import CallFailed, Results, Script, ScriptPlanner, ok
+from sleuth.agent.runner import Turn
+from sleuth.tools import caption_failures, generate_and_classify, measure_rate, perturb_caption, record_finding
+from sleuth.tools.defaults import BASELINE_N
+from sleuth.tools.stats import Rate, RatioCI
 
-Results = list[dict[str, Any]]
-Script = Generator[Turn, Results, None]
 
-
-def _pct(rate: dict[str, Any]) -> str:
-    if not rate.get("n"):
+def pct(rate: Rate) -> str:
+    if not rate.n:
         return "0/0"
-    return f"{rate['k']}/{rate['n']} = {100 * rate['rate']:.1f}% [{100 * rate['low']:.1f}%, {100 * rate['high']:.1f}%]"
+    return f"{rate.k}/{rate.n} = {100 * rate.rate:.1f}% [{100 * rate.low:.1f}%, {100 * rate.high:.1f}%]"
 
 
-def _float(x: float | str | None) -> float:
-    """A number from a tool result: JSON has no infinity, so an infinite ratio (a baseline with no failures) may
-    arrive as null or as the string "Infinity"."""
-    if x is None:
-        return float("inf")
-    return float(x)
-
-
-def _num(x: float | str | None) -> str:
-    return f"{_float(x):.3g}"
-
-
-def _ratio(r: dict[str, Any] | None) -> str:
-    if not r:
+def ratio_text(r: RatioCI | None) -> str:
+    if r is None:
         return "n/a"
-    return f"{_num(r['ratio'])}x [{_num(r['low'])}, {_num(r['high'])}]"
+    return f"{r.ratio:.3g}x [{r.low:.3g}, {r.high:.3g}]"
 
 
-def _top_confusion(r: dict[str, Any]) -> str | None:
-    conf = (r.get("hypothesis") or {}).get("confusions") or []
-    return conf[0]["label"] if conf else None
+@dataclass
+class Measured:
+    """A hypothesis measured in discovery, with the label it is suspected to be confused with."""
+
+    result: measure_rate.Result
+    target: str | None
+
+    @property
+    def caption(self) -> str:
+        return self.result.caption
+
+    @property
+    def low(self) -> float:
+        """The lower end of the rate ratio's interval: how surely the effect is large."""
+        return self.result.rate_ratio.low if self.result.rate_ratio is not None else 0.0
 
 
-def _spread(results: list[dict[str, Any]], kind: Callable[[dict[str, Any]], str]) -> list[dict[str, Any]]:
+def top_confusion(r: measure_rate.Result) -> str | None:
+    conf = r.hypothesis.confusions if r.hypothesis is not None else []
+    return conf[0].label if conf else None
+
+
+def spread(items: list[Measured], kind: Callable[[Measured], str]) -> list[Measured]:
     """Round robin over kinds of hypothesis, strongest kind first, each kind in order of its surest effect."""
-    by_kind: dict[str, list[dict[str, Any]]] = {}
-    for r in sorted(results, key=lambda r: -_float(r["rate_ratio"]["low"])):
-        by_kind.setdefault(kind(r), []).append(r)
+    by_kind: dict[str, list[Measured]] = {}
+    for m in sorted(items, key=lambda m: -m.low):
+        by_kind.setdefault(kind(m), []).append(m)
     queues = list(by_kind.values())
-    out: list[dict[str, Any]] = []
+    out: list[Measured] = []
     while any(queues):
         for q in queues:
             if q:
@@ -61,30 +67,30 @@ def _spread(results: list[dict[str, Any]], kind: Callable[[dict[str, Any]], str]
     return out
 
 
-def _same(r: dict[str, Any]) -> Generator[Turn, Results, dict]:
-    """A caption with one attribute sentence is already as short as it gets."""
-    return r
-    yield  # pragma: no cover - makes this a generator
-
-
-def _n_sentences(caption: str) -> int:
+def n_sentences(caption: str) -> int:
     return len([s for s in caption.split(".") if s.strip()])
 
 
-class ProtocolPlanner:
-    """Deterministic planner that follows the published procedure with adaptive allocation of the image budget."""
+def _key(caption: str) -> str:
+    return " ".join(caption.lower().split())
 
-    deterministic = True
-    """The same tool results give the same turns: resume and fork can fast-forward it."""
-    name = "protocol"
+
+def _same(m: Measured) -> Generator[Turn, Results, Measured]:
+    """A caption with one attribute sentence is already as short as it gets."""
+    return m
+    yield  # pragma: no cover - makes this a generator
+
+
+class ProtocolPlanner(ScriptPlanner):
+    """Deterministic planner that follows the published procedure with adaptive allocation of the image budget."""
 
     explore_types = ("background", "domain", "object", "adjective")
 
-    def __init__(self, label: str, class_prompt: str, *, baseline_n: int = 1000, max_hypotheses: int = 6,
+    def __init__(self, label: str, class_prompt: str, *, baseline_n: int = BASELINE_N, max_hypotheses: int = 6,
                  max_refine: int = 8, max_n: int = 800, explore_n: int = 12, explore_max_n: int = 400,
                  explore_first_n: int = 50, explore: bool = True, refine: bool = True,
                  counterfactual: bool = True, name: str = "protocol") -> None:
-        self.name = name
+        super().__init__(name, model="protocol")
         self.explore = explore
         self.refine = refine
         self.counterfactual = counterfactual
@@ -97,115 +103,88 @@ class ProtocolPlanner:
         self.explore_n = explore_n
         self.explore_max_n = explore_max_n
         self.explore_first_n = explore_first_n
-        self._script: Script | None = None
-        self._calls = 0
 
-    # -- Planner protocol -------------------------------------------------------------------------------
-
-    def next_turn(self, events: Sequence[Event]) -> Turn:
-        if self._script is None:
-            self._script = self._run()
-            return next(self._script)
-        return self._script.send(self._last_results(events))
-
-    @staticmethod
-    def _last_results(events: Sequence[Event]) -> Results:
-        """Results (or {'error': ...}) of the calls made in the latest planner turn, in call order."""
-        out: list[dict[str, Any]] = []
-        for e in reversed(events):
-            if e.kind == "planner_turn":
-                break
-            if e.kind == "tool_returned":
-                out.append(e.result if e.ok and e.result is not None else {"error": e.error or "failed"})
-        return list(reversed(out))
-
-    def _call(self, name: str, **arguments: Any) -> ToolCall:
-        self._calls += 1
-        if name == "measure_rate":
-            # Tests compare against a baseline of the planner's own size (the tool would top it up to its default).
-            arguments.setdefault("baseline_n", self.baseline_n)
-        return ToolCall(id=f"call_{self._calls}", name=name, arguments=arguments)
-
-    def _turn(self, reasoning: str, *calls: ToolCall) -> Turn:
-        return Turn(reasoning=reasoning, tool_calls=list(calls), model="protocol")
+    def measure(self, caption: str, **arguments: object) -> ToolCall:
+        # Tests compare against a baseline of the planner's own size (the tool would top it up to its default).
+        return self.call("measure_rate", caption=caption, **arguments, baseline_n=self.baseline_n)
 
     # -- the procedure ----------------------------------------------------------------------------------
 
-    def _run(self) -> Script:
+    def script(self) -> Script:
         label, prompt = self.label, self.class_prompt
-        (base,) = yield self._turn(
+        (first,) = yield self.turn(
             f"I start with the baseline: how often does the classifier fail on {self.baseline_n} generated images "
             f"of {prompt!r}? Its failures are the material for hypotheses.",
-            self._call("generate_and_classify", prompt=prompt, n=self.baseline_n),
+            self.call("generate_and_classify", prompt=prompt, n=self.baseline_n),
         )
-        if "error" in base:
-            yield self._finish(f"The baseline could not be measured: {base['error']}")
+        base = ok(first, generate_and_classify.Result)
+        if base is None:
+            yield self.finish(f"The baseline could not be measured: {first.error}")
             return
-        s = base["summary"]
-        confusions = ", ".join(f"{c['label']} ({c['count']})" for c in s["confusions"]) or "none"
-        calls = [self._call("perturb_caption", caption=prompt, types=list(self.explore_types), n=self.explore_n,
-                            refinements=False)] if self.explore else []
-        if s["failures"]["k"] > 0:
-            calls.insert(0, self._call("caption_failures", measurement_id=base["measurement_id"]))
+        s = base.summary
+        confusions = ", ".join(f"{c.label} ({c.count})" for c in s.confusions) or "none"
+        failures = s.failures.k > 0
+        calls = [self.call("perturb_caption", caption=prompt, types=list(self.explore_types), n=self.explore_n,
+                           refinements=False)] if self.explore else []
+        if failures:
+            calls.insert(0, self.call("caption_failures", measurement_id=base.measurement_id))
         results: Results = []
         if calls:
-            results = yield self._turn(
-                f"Baseline failure rate {_pct(s['failures'])}; the classifier's wrong answers: {confusions}. "
+            results = yield self.turn(
+                f"Baseline failure rate {pct(s.failures)}; the classifier's wrong answers: {confusions}. "
                 + ("I caption the failed images, clustered by predicted label and appearance, to form hypotheses. "
-                   if s["failures"]["k"] > 0 else "There are no failures to caption. ")
+                   if failures else "There are no failures to caption. ")
                 + ("Attributes that are rare among the class's natural images rarely show up among its failures, so I "
                    "also perturb the class prompt one attribute at a time (LANCE: background, domain, co-occurring "
                    "object, colour) and test each perturbation as a hypothesis of its own." if self.explore else ""),
                 *calls,
             )
-        caps = results[0] if s["failures"]["k"] > 0 else {}
-        pert = results[-1] if self.explore else {}
-        hyps = self._unique(caps.get("hypotheses", []))[: self.max_hypotheses]
-        kinds = {e["caption"]: e["type"] for e in pert.get("edits", [])}
-        explore = list(kinds)
-        seen = {" ".join(h["caption"].lower().split()) for h in hyps}
-        explore = [c for c in explore if " ".join(c.lower().split()) not in seen]
+        caps = ok(results[0], caption_failures.Result) if failures else None
+        pert = ok(results[-1], perturb_caption.Result) if self.explore else None
+        hyps = self._unique(caps.hypotheses if caps else [])[: self.max_hypotheses]
+        kinds = {e.caption: e.type for e in (pert.edits if pert else [])}
+        seen = {_key(h.caption) for h in hyps}
+        explore = [c for c in kinds if _key(c) not in seen]
         if not hyps and not explore:
-            yield self._finish(f"Baseline {_pct(s['failures'])}; no caption cluster and no perturbation to test.")
+            yield self.finish(f"Baseline {pct(s.failures)}; no caption cluster and no perturbation to test.")
             return
-        listing = "; ".join(f"{h['caption']!r} ({h['n_images']} images, predicted {h['predicted_label']})"
+        listing = "; ".join(f"{h.caption!r} ({h.n_images} images, predicted {h.predicted_label})"
                             for h in hyps) or "none"
-        measured = yield self._turn(
+        measured = yield self.turn(
             f"{len(hyps)} caption hypotheses, largest cluster first: {listing}. And {len(explore)} single-attribute "
             "perturbations. I measure each on fresh seeds against the baseline; sequential stopping spends few "
             "images on hypotheses that show no effect, and every p-value is adjusted over the whole family.",
-            *[self._call("measure_rate", caption=h["caption"], target_label=h["predicted_label"], max_n=self.max_n)
-              for h in hyps],
-            *[self._call("measure_rate", caption=c, max_n=self.explore_max_n, first_n=self.explore_first_n)
-              for c in explore],
+            *[self.measure(h.caption, target_label=h.predicted_label, max_n=self.max_n) for h in hyps],
+            *[self.measure(c, max_n=self.explore_max_n, first_n=self.explore_first_n) for c in explore],
         )
-        tested: dict[str, dict[str, Any]] = {}
-        targets = [h["predicted_label"] for h in hyps] + [None] * len(explore)
-        for c, target, r in zip([h["caption"] for h in hyps] + explore, targets, measured):
-            if "error" not in r:
-                tested[c] = {**r, "_target": target or _top_confusion(r)}
-        supported = _spread([r for r in tested.values() if r["verdict"] == "supported"],
-                            lambda r: kinds.get(r["caption"], "caption"))
-        summary = "; ".join(f"{c!r}: {_ratio(r['rate_ratio'])}, adjusted p={r['adjusted_p']:.2g}"
-                            for c, r in tested.items() if r["verdict"] == "supported")
+        tested: dict[str, Measured] = {}
+        targets: list[str | None] = [h.predicted_label for h in hyps] + [None] * len(explore)
+        for c, target, r in zip([h.caption for h in hyps] + explore, targets, measured):
+            got = ok(r, measure_rate.Result)
+            if got is not None:
+                tested[c] = Measured(got, target or top_confusion(got))
+        supported = spread([m for m in tested.values() if m.result.verdict == "supported"],
+                           lambda m: kinds.get(m.caption, "caption"))
+        summary = "; ".join(f"{c!r}: {ratio_text(m.result.rate_ratio)}, adjusted p={m.result.adjusted_p:.2g}"
+                            for c, m in tested.items() if m.result.verdict == "supported")
         if not supported:
-            yield self._finish(f"Baseline {_pct(s['failures'])}. None of {len(tested)} hypotheses was supported "
-                               "after correction for the whole family.")
+            yield self.finish(f"Baseline {pct(s.failures)}. None of {len(tested)} hypotheses was supported "
+                              "after correction for the whole family.")
             return
 
         findings: list[str] = []
         done: set[str] = set()
         attempts = 0
-        yield self._turn(f"{len(supported)} of {len(tested)} hypotheses are supported after correction: {summary}. "
-                         f"I refine and confirm at most {self.max_refine}, taking the strongest of each kind "
-                         "(caption cluster, background, domain, object, colour) in turn, so that one kind of shift "
-                         "does not crowd out the others.")
-        for r in supported:
+        yield self.turn(f"{len(supported)} of {len(tested)} hypotheses are supported after correction: {summary}. "
+                        f"I refine and confirm at most {self.max_refine}, taking the strongest of each kind "
+                        "(caption cluster, background, domain, object, colour) in turn, so that one kind of shift "
+                        "does not crowd out the others.")
+        for m in supported:
             if attempts == self.max_refine:
                 break
-            refined = yield from (self._refine(r, tested) if self.refine and _n_sentences(r["caption"]) > 2
-                                  else _same(r))
-            key = " ".join(refined["caption"].lower().split())
+            refined = yield from (self._refine(m, tested) if self.refine and n_sentences(m.caption) > 2
+                                  else _same(m))
+            key = _key(refined.caption)
             if key in done:
                 continue
             done.add(key)
@@ -213,96 +192,99 @@ class ProtocolPlanner:
             confirmed = yield from self._mechanism_and_confirm(refined, tested)
             if confirmed:
                 findings.append(confirmed)
-        ruled_out = [c for c, r in tested.items() if r["verdict"] != "supported"]
-        text = (f"Baseline for {label}: {_pct(s['failures'])}. "
+        ruled_out = [c for c, m in tested.items() if m.result.verdict != "supported"]
+        text = (f"Baseline for {label}: {pct(s.failures)}. "
                 + (f"Confirmed findings: {'; '.join(findings)}. " if findings else "No finding was confirmed. ")
                 + f"{len(ruled_out)} of {len(tested)} hypotheses were not supported.")
-        yield self._finish(text)
+        yield self.finish(text)
 
-    def _unique(self, hyps: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def _unique(self, hyps: list[caption_failures.Hypothesis]) -> list[caption_failures.Hypothesis]:
         seen: set[str] = set()
         out = []
         for h in hyps:
-            key = " ".join(h["caption"].lower().split())
-            if key not in seen:
-                seen.add(key)
+            if _key(h.caption) not in seen:
+                seen.add(_key(h.caption))
                 out.append(h)
         return out
 
-    def _refine(self, r: dict[str, Any], tested: dict[str, dict[str, Any]]) -> Generator[Turn, Results, dict]:
-        caption, target = r["caption"], r["_target"]
-        (pert,) = yield self._turn(
-            f"{caption!r} is supported: {_pct(r['hypothesis']['failures'])} vs baseline {_pct(r['baseline'])}, "
-            f"rate ratio {_ratio(r['rate_ratio'])}. I look for the shortest caption that keeps the effect "
+    def _refine(self, m: Measured, tested: dict[str, Measured]) -> Generator[Turn, Results, Measured]:
+        r, target = m.result, m.target
+        assert r.hypothesis is not None
+        (first,) = yield self.turn(
+            f"{r.caption!r} is supported: {pct(r.hypothesis.failures)} vs baseline {pct(r.baseline)}, "
+            f"rate ratio {ratio_text(r.rate_ratio)}. I look for the shortest caption that keeps the effect "
             "(each sentence alone, adjectives dropped).",
-            self._call("perturb_caption", caption=caption, types=[], refinements=True),
+            self.call("perturb_caption", caption=r.caption, types=[], refinements=True),
         )
-        proposed = [e["caption"] for e in pert.get("refinements", [])]
+        pert = ok(first, perturb_caption.Result)
+        proposed = [e.caption for e in pert.refinements] if pert else []
         candidates = [c for c in proposed if c not in tested]
         if candidates:
-            results = yield self._turn(
+            results = yield self.turn(
                 f"Measuring {len(candidates)} refinements: " + "; ".join(repr(c) for c in candidates) + ".",
-                *[self._call("measure_rate", caption=c, target_label=target, max_n=self.max_n) for c in candidates],
+                *[self.measure(c, target_label=target, max_n=self.max_n) for c in candidates],
             )
             for c, res in zip(candidates, results):
-                if "error" not in res:
-                    tested[c] = {**res, "_target": target}
+                if (got := ok(res, measure_rate.Result)) is not None:
+                    tested[c] = Measured(got, target)
         # Refinements measured earlier (e.g. as single-attribute perturbations) count too.
-        family = [tested[c] for c in [caption, *proposed] if c in tested and tested[c]["verdict"] == "supported"]
+        family = [tested[c] for c in [r.caption, *proposed] if c in tested and tested[c].result.verdict == "supported"]
         # Shortest caption first; among equals, the one whose effect is surely largest.
-        return min(family, key=lambda x: (_n_sentences(x["caption"]), len(x["caption"]), -_float(x["rate_ratio"]["low"])))
+        return min(family, key=lambda x: (n_sentences(x.caption), len(x.caption), -x.low))
 
-    def _mechanism_and_confirm(self, r: dict[str, Any], tested: dict[str, dict[str, Any]]
-                               ) -> Generator[Turn, Results, str | None]:
-        caption, target = r["caption"], r["_target"]
+    def _mechanism_and_confirm(self, m: Measured, tested: dict[str, Measured]) -> Generator[Turn, Results, str | None]:
+        caption, target = m.caption, m.target
         if not self.counterfactual:
-            return (yield from self._confirm(r, None, "no counterfactual test in this procedure"))
-        (pert,) = yield self._turn(
-            f"Refined hypothesis {caption!r} ({_ratio(r['rate_ratio'])}). To test the mechanism I edit fresh class "
-            "images so that only the captioned attribute changes (paired McNemar test), and I measure a LANCE "
+            return (yield from self._confirm(m, None, "no counterfactual test in this procedure"))
+        (first,) = yield self.turn(
+            f"Refined hypothesis {caption!r} ({ratio_text(m.result.rate_ratio)}). To test the mechanism I edit fresh "
+            "class images so that only the captioned attribute changes (paired McNemar test), and I measure a LANCE "
             "perturbation of the caption as a control.",
-            self._call("perturb_caption", caption=caption, types=["background", "domain", "object"], n=1,
-                       refinements=False),
+            self.call("perturb_caption", caption=caption, types=["background", "domain", "object"], n=1,
+                      refinements=False),
         )
-        controls = [e["caption"] for e in pert.get("edits", []) if e["caption"] not in tested][:1]
-        results = yield self._turn(
+        pert = ok(first, perturb_caption.Result)
+        controls = [e.caption for e in (pert.edits if pert else []) if e.caption not in tested][:1]
+        results = yield self.turn(
             "Counterfactual edits, and the control " + (repr(controls[0]) if controls else "(none available)") + ".",
-            self._call("measure_rate", caption=caption, target_label=target, mode="counterfactual"),
-            *[self._call("measure_rate", caption=c, target_label=target, max_n=self.max_n) for c in controls],
+            self.measure(caption, target_label=target, mode="counterfactual"),
+            *[self.measure(c, target_label=target, max_n=self.max_n) for c in controls],
         )
-        cf = results[0]
+        cf = ok(results[0], measure_rate.Result)
         for c, res in zip(controls, results[1:]):
-            if "error" not in res:
-                tested[c] = {**res, "_target": target}
-        cf_text = (f"edits flipped {cf['mcnemar']['b']} images to failure and {cf['mcnemar']['c']} back "
-                   f"(McNemar p={cf['mcnemar']['p_value']:.2g})" if "error" not in cf and cf.get("mcnemar")
-                   else f"counterfactual unavailable ({cf.get('error', 'no result')})")
-        return (yield from self._confirm(r, cf if "error" not in cf else None, cf_text))
+            if (got := ok(res, measure_rate.Result)) is not None:
+                tested[c] = Measured(got, target)
+        if cf is not None and cf.mcnemar is not None:
+            cf_text = (f"edits flipped {cf.mcnemar.b} images to failure and {cf.mcnemar.c} back "
+                       f"(McNemar p={cf.mcnemar.p_value:.2g})")
+        else:
+            why = results[0].error if isinstance(results[0], CallFailed) else "no result"
+            cf_text = f"counterfactual unavailable ({why})"
+        return (yield from self._confirm(m, cf, cf_text))
 
-    def _confirm(self, r: dict[str, Any], cf: dict[str, Any] | None, cf_text: str
+    def _confirm(self, m: Measured, cf: measure_rate.Result | None, cf_text: str
                  ) -> Generator[Turn, Results, str | None]:
-        caption, target = r["caption"], r["_target"]
-        (conf,) = yield self._turn(
+        caption, target = m.caption, m.target
+        (first,) = yield self.turn(
             f"Mechanism: {cf_text}. Now the confirmation: the same caption on fresh seeds, disjoint from every "
             "image used so far.",
-            self._call("measure_rate", caption=caption, target_label=target, confirm=True, max_n=self.max_n),
+            self.measure(caption, target_label=target, confirm=True, max_n=self.max_n),
         )
-        if "error" in conf or conf["verdict"] != "supported":
-            why = conf.get("error") or f"{_pct(conf['hypothesis']['failures'])}, adjusted p={conf['adjusted_p']:.2g}"
-            yield self._turn(f"{caption!r} did not replicate on fresh seeds ({why}); it is not recorded.")
+        conf = ok(first, measure_rate.Result)
+        if conf is None or conf.verdict != "supported":
+            why = first.error if conf is None else (
+                f"{pct(conf.hypothesis.failures) if conf.hypothesis else 'n/a'}, adjusted p={conf.adjusted_p:.2g}")
+            yield self.turn(f"{caption!r} did not replicate on fresh seeds ({why}); it is not recorded.")
             return None
-        (rec,) = yield self._turn(
-            f"Confirmed: {_pct(conf['hypothesis']['failures'])} vs {_pct(conf['baseline'])} on fresh seeds "
-            f"(adjusted p={conf['adjusted_p']:.2g}). Recording the finding.",
-            self._call("record_finding", caption=caption, discovery_test=r["test_id"],
-                       confirmation_test=conf["test_id"],
-                       counterfactual_test=cf["test_id"] if cf is not None else None,
-                       summary=f"{caption!r} fails {_pct(conf['hypothesis']['failures'])}, "
-                               f"{_ratio(conf['rate_ratio'])} the baseline; {cf_text}."),
+        assert conf.hypothesis is not None
+        (rec,) = yield self.turn(
+            f"Confirmed: {pct(conf.hypothesis.failures)} vs {pct(conf.baseline)} on fresh seeds "
+            f"(adjusted p={conf.adjusted_p:.2g}). Recording the finding.",
+            self.call("record_finding", caption=caption, discovery_test=m.result.test_id,
+                      confirmation_test=conf.test_id, counterfactual_test=cf.test_id if cf is not None else None,
+                      summary=f"{caption!r} fails {pct(conf.hypothesis.failures)}, "
+                              f"{ratio_text(conf.rate_ratio)} the baseline; {cf_text}."),
         )
-        if "error" in rec:
+        if ok(rec, record_finding.Result) is None:
             return None
-        return f"{caption!r} ({_ratio(conf['rate_ratio'])}, confirmed)"
-
-    def _finish(self, summary: str) -> Turn:
-        return self._turn(summary, self._call("finish", summary=summary))
+        return f"{caption!r} ({ratio_text(conf.rate_ratio)}, confirmed)"

@@ -9,23 +9,16 @@ protocol planner with it: what does looking at failures buy over guessing?
 from __future__ import annotations
 
 import random
-from collections.abc import Generator, Sequence
-from typing import Any
 
-from sleuth.agent.events import Event, ToolCall
-from sleuth.agent.loop import Turn
-from sleuth.agent.planners.protocol import _float
-
-Results = list[dict[str, Any]]
+from sleuth.agent.planners.script import Script, ScriptPlanner, ok
+from sleuth.tools import generate_and_classify, measure_rate, perturb_caption, record_finding
+from sleuth.tools.defaults import BASELINE_N
 
 
-class RandomPerturbationPlanner:
-    deterministic = True
-    """The same tool results give the same turns: resume and fork can fast-forward it."""
-    name = "random"
-
-    def __init__(self, label: str, class_prompt: str, *, budget: int, seed: int = 0, baseline_n: int = 1000,
+class RandomPerturbationPlanner(ScriptPlanner):
+    def __init__(self, label: str, class_prompt: str, *, budget: int, seed: int = 0, baseline_n: int = BASELINE_N,
                  n_per_caption: int = 200, max_confirm: int = 4, confirm_n: int = 400, batch: int = 8) -> None:
+        super().__init__("random")
         self.label = label
         self.class_prompt = class_prompt
         self.budget = budget
@@ -35,41 +28,18 @@ class RandomPerturbationPlanner:
         self.max_confirm = max_confirm
         self.confirm_n = confirm_n
         self.batch = batch
-        self._script: Generator[Turn, Results, None] | None = None
-        self._calls = 0
 
-    def next_turn(self, events: Sequence[Event]) -> Turn:
-        if self._script is None:
-            self._script = self._run()
-            return next(self._script)
-        out: list[dict[str, Any]] = []
-        for e in reversed(events):
-            if e.kind == "planner_turn":
-                break
-            if e.kind == "tool_returned":
-                out.append(e.result if e.ok and e.result is not None else {"error": e.error or "failed"})
-        return self._script.send(list(reversed(out)))
-
-    def _call(self, name: str, **arguments: Any) -> ToolCall:
-        self._calls += 1
-        if name == "measure_rate":
-            # Tests compare against a baseline of the planner's own size (the tool would top it up to its default).
-            arguments.setdefault("baseline_n", self.baseline_n)
-        return ToolCall(id=f"call_{self._calls}", name=name, arguments=arguments)
-
-    def _turn(self, reasoning: str, *calls: ToolCall) -> Turn:
-        return Turn(reasoning=reasoning, tool_calls=list(calls), model="random")
-
-    def _run(self) -> Generator[Turn, Results, None]:
+    def script(self) -> Script:
         prompt = self.class_prompt
-        (base, pert) = yield self._turn(
+        (first, second) = yield self.turn(
             "Baseline of the class prompt, and the pool of perturbations to draw from.",
-            self._call("generate_and_classify", prompt=prompt, n=self.baseline_n),
-            self._call("perturb_caption", caption=prompt, n=20, refinements=False),
+            self.call("generate_and_classify", prompt=prompt, n=self.baseline_n),
+            self.call("perturb_caption", caption=prompt, n=20, refinements=False),
         )
-        singles = [e["caption"] for e in pert.get("edits", [])]
-        if "error" in base or not singles:
-            yield self._finish("Nothing to perturb." if "error" not in base else base["error"])
+        base, pert = ok(first, generate_and_classify.Result), ok(second, perturb_caption.Result)
+        singles = [e.caption for e in pert.edits] if pert else []
+        if base is None or not singles:
+            yield self.finish("Nothing to perturb." if base is not None else first.error)
             return
         pool = list(singles)
         pairs = []
@@ -83,36 +53,34 @@ class RandomPerturbationPlanner:
         order = [c for pair in zip(pool, pairs) for c in pair] + pool[len(pairs):] + pairs[len(pool):]
         spent = self.baseline_n
         reserve = self.max_confirm * self.confirm_n
-        tested: list[tuple[str, dict[str, Any]]] = []
+        tested: list[measure_rate.Result] = []
         while order and spent + self.n_per_caption * self.batch <= self.budget - reserve:
             chunk, order = order[: self.batch], order[self.batch:]
-            results = yield self._turn(
+            results = yield self.turn(
                 f"Measuring {len(chunk)} random perturbations on {self.n_per_caption} images each.",
-                *[self._call("measure_rate", caption=c, max_n=self.n_per_caption, first_n=self.n_per_caption)
-                  for c in chunk],
+                *[self.call("measure_rate", caption=c, max_n=self.n_per_caption, first_n=self.n_per_caption,
+                            baseline_n=self.baseline_n) for c in chunk],
             )
             spent += self.n_per_caption * len(chunk)
-            tested += [(c, r) for c, r in zip(chunk, results) if "error" not in r]
-        supported = sorted([(c, r) for c, r in tested if r["verdict"] == "supported"],
-                           key=lambda cr: -_float(cr[1]["rate_ratio"]["low"]))[: self.max_confirm]
+            tested += [r for r in results if isinstance(r, measure_rate.Result)]
+        supported = sorted([r for r in tested if r.verdict == "supported"],
+                           key=lambda r: -(r.rate_ratio.low if r.rate_ratio else 0.0))[: self.max_confirm]
         found = []
-        for caption, r in supported:
-            (conf,) = yield self._turn(
-                f"Confirming {caption!r} on fresh seeds.",
-                self._call("measure_rate", caption=caption, confirm=True, max_n=self.confirm_n,
-                           first_n=min(100, self.confirm_n)),
+        for r in supported:
+            (got,) = yield self.turn(
+                f"Confirming {r.caption!r} on fresh seeds.",
+                self.call("measure_rate", caption=r.caption, confirm=True, max_n=self.confirm_n,
+                          first_n=min(100, self.confirm_n), baseline_n=self.baseline_n),
             )
-            if "error" in conf or conf["verdict"] != "supported":
+            conf = ok(got, measure_rate.Result)
+            if conf is None or conf.verdict != "supported":
                 continue
-            (rec,) = yield self._turn(
-                f"Recording {caption!r}.",
-                self._call("record_finding", caption=caption, discovery_test=r["test_id"],
-                           confirmation_test=conf["test_id"], summary=f"{caption!r}: confirmed on fresh seeds."),
+            (rec,) = yield self.turn(
+                f"Recording {r.caption!r}.",
+                self.call("record_finding", caption=r.caption, discovery_test=r.test_id,
+                          confirmation_test=conf.test_id, summary=f"{r.caption!r}: confirmed on fresh seeds."),
             )
-            if "error" not in rec:
-                found.append(caption)
-        yield self._finish(f"{len(tested)} random perturbations measured; confirmed: "
-                           + ("; ".join(repr(c) for c in found) or "none") + ".")
-
-    def _finish(self, summary: str) -> Turn:
-        return self._turn(summary, self._call("finish", summary=summary))
+            if ok(rec, record_finding.Result) is not None:
+                found.append(r.caption)
+        yield self.finish(f"{len(tested)} random perturbations measured; confirmed: "
+                          + ("; ".join(repr(c) for c in found) or "none") + ".")

@@ -14,13 +14,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from sleuth.agent.errors import PlannerError
 from sleuth.agent.events import Event, PlannerTurn
-from sleuth.agent.loop import Planner, PlannerError, Turn
+from sleuth.agent.runner import Planner, Turn
 
 BUDGET_MODEL = "budget"
 """``model`` of a turn the audit wrote in the planner's place when a budget ran out; never asked of a planner."""
 
-OFFLINE_MODULES = ("sleuth.agent.planners.protocol", "sleuth.agent.planners.scripted", "sleuth.agent.planners.random_perturb")
+OFFLINE_MODULES = ("sleuth.agent.planners.protocol", "sleuth.agent.planners.scripted",
+                   "sleuth.agent.planners.random_perturb")
 
 
 def turn_of(event: PlannerTurn) -> Turn:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from sleuth.agent.errors import PlannerError
 from sleuth.agent.events import Event
-from sleuth.agent.loop import PlannerError, Turn
+from sleuth.agent.runner import Turn
 
 Step = Turn | Callable[[Sequence[Event]], Turn]
 

@@ -7,7 +7,6 @@ line should not cost the reader the rest of the report.
 
 from __future__ import annotations
 
-import math
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,6 @@ from typing import Any
 from pydantic import BaseModel, Field, ValidationError
 
 from sleuth.agent.events import Event
-from sleuth.agent.report.nonfinite import restore_non_finite
 from sleuth.agent.report.tree import Proposal, TreeNode, build_tree
 from sleuth.tools import (
     caption_failures,
@@ -72,7 +70,8 @@ class ImageGroup(BaseModel):
 
 
 class Budget(BaseModel):
-    images_used: int = Field(description="Images spent: generated, and editing at its charge; rebuilt from the tool results.")
+    images_used: int = Field(description="Images spent: generated, and editing at its charge, as the tool results "
+                                         "recorded them.")
     images_budget: int | None = None
     images_edited: int = 0
     planner_turns: int = 0
@@ -96,7 +95,8 @@ class RunReport(BaseModel):
     config: dict[str, Any] = Field(default_factory=dict)
     backends: dict[str, str] = Field(default_factory=dict)
     class_prompt: str | None = None
-    baseline: SampleSummary | None = Field(default=None, description="The class prompt's first sample (discovery seeds).")
+    baseline: SampleSummary | None = Field(default=None,
+                                           description="The class prompt's first sample (discovery seeds).")
     findings: list[record_finding.Result] = Field(default_factory=list)
     tests: list[HypothesisTest] = Field(default_factory=list)
     groups: list[ImageGroup] = Field(default_factory=list)
@@ -109,7 +109,7 @@ class RunReport(BaseModel):
 
 def _parse(model: type[BaseModel], data: Any, where: str, warnings: list[str]) -> Any:
     try:
-        return model.model_validate(restore_non_finite(data))
+        return model.model_validate(data)
     except ValidationError as e:
         first = e.errors()[0]
         loc = ".".join(str(p) for p in first["loc"]) or "result"
@@ -124,18 +124,6 @@ def _seconds(first: str, last: str) -> float | None:
     except ValueError:
         return None
     return max(0.0, (b - a).total_seconds())
-
-
-def _class_prompt(samples: list[generate_and_classify.Result], hypotheses: list[str], label: str) -> str | None:
-    """The class prompt: the sampled prompt that failure captions extend (they start with it), else one naming the
-    class. The transcript does not name it; the report needs it to count pooled baseline images once."""
-    prompts = [s.summary.prompt for s in samples]
-    for p in prompts:
-        key = normalise_caption(p)
-        if any(normalise_caption(h).startswith(key) for h in hypotheses):
-            return p
-    named = [p for p in prompts if label and label.lower() in p.lower()]
-    return named[0] if named else None
 
 
 def _final_adjusted(rows: list[HypothesisTest]) -> None:
@@ -163,8 +151,7 @@ def extract_run(events: list[Event], path: str | Path = "") -> RunReport:
     findings: list[record_finding.Result] = []
     budget = Budget(images_used=0)
     reasoning: list[str] = []
-    baseline_n: dict[str, int] = {}
-    pooled: list[generate_and_classify.Result] = []
+    class_prompt = started.class_prompt if started is not None else None
     for e in events:
         if e.kind == "planner_turn":
             budget.planner_turns += 1
@@ -184,6 +171,7 @@ def extract_run(events: list[Event], path: str | Path = "") -> RunReport:
                 findings.append(f)
         elif e.kind == "tool_returned":
             budget.tool_seconds += e.duration_s
+            budget.images_used += e.images_used
             if not e.ok or e.result is None:
                 budget.tool_errors += 1
                 continue
@@ -193,18 +181,17 @@ def extract_run(events: list[Event], path: str | Path = "") -> RunReport:
                 if r is not None:
                     samples.append(r)
                     measured[r.measurement_id] = r.summary.prompt
-                    budget.images_used += r.summary.failures.n
             elif e.name == "measure_rate":
                 r = _parse(measure_rate.Result, e.result, where, warnings)
                 if r is not None:
                     rows.append(_test_row(r, e.seq))
-                    budget.images_used += _measure_images(r, baseline_n)
                     if r.measurement_id:
                         measured[r.measurement_id] = r.caption
                     if r.mode == "counterfactual":
-                        budget.images_edited += r.baseline.n
-                        pairs.append(PairSet(source=r.test_id, before_caption="", after_caption=r.caption,
-                                             flips=r.flips, mcnemar=r.mcnemar, note="; ".join(r.notes)))
+                        budget.images_edited += r.edited.n if r.edited is not None else 0
+                        pairs.append(PairSet(source=r.test_id, before_caption=class_prompt or "",
+                                             after_caption=r.caption, flips=r.flips, mcnemar=r.mcnemar,
+                                             note="; ".join(r.notes)))
             elif e.name == "caption_failures":
                 r = _parse(caption_failures.Result, e.result, where, warnings)
                 if r is not None:
@@ -226,22 +213,12 @@ def extract_run(events: list[Event], path: str | Path = "") -> RunReport:
                 if r is not None:
                     args = calls.get(e.call_id, {})
                     budget.images_edited += len(r.edits)
-                    budget.images_used += r.budget_charged  # editing is charged at the editor's declared cost
                     pairs.append(PairSet(source=f"edit_image ({e.call_id})",
                                          before_caption=str(args.get("source_caption", "")),
                                          after_caption=str(args.get("target_caption", "")),
                                          flips=r.edits, mcnemar=r.mcnemar))
-    hypotheses = [h.caption for _, c in clusters for h in c.hypotheses]
-    class_prompt = _class_prompt(samples, hypotheses, label)
-    if class_prompt is not None:
-        key = normalise_caption(class_prompt)
-        pooled = [s for s in samples if normalise_caption(s.summary.prompt) == key]
-        # Class-prompt samples are pooled into the discovery baseline; measure_rate top-ups beyond them were
-        # counted as they appeared, so the pooled images must not be counted again.
-        budget.images_used -= min(sum(s.summary.failures.n for s in pooled), baseline_n.get("discovery", 0))
-        for p in pairs:
-            if not p.before_caption:
-                p.before_caption = class_prompt
+    key = normalise_caption(class_prompt) if class_prompt else None
+    pooled = [s for s in samples if normalise_caption(s.summary.prompt) == key]
     _final_adjusted(rows)
     by_caption = {normalise_caption(f.caption): f.finding_id for f in findings}
     for row in rows:
@@ -266,43 +243,14 @@ def extract_run(events: list[Event], path: str | Path = "") -> RunReport:
 
 
 def _test_row(r: measure_rate.Result, seq: int) -> HypothesisTest:
-    if r.hypothesis is not None:
-        rate = r.hypothesis.failures
-    else:
-        # Counterfactual: the edited images' failures, as the test recorded them (k after / edited pairs).
-        k, n = _counterfactual_counts(r)
-        rate = stats.binomial_rate(k, n)
+    # Counterfactual: the edited images' failures, as the test recorded them.
+    rate = r.hypothesis.failures if r.hypothesis is not None else r.edited or stats.binomial_rate(0, 0)
     return HypothesisTest(
         test_id=r.test_id, seq=seq, caption=r.caption, purpose=r.purpose, mode=r.mode, hypothesis=rate,
         baseline=r.baseline, rate_ratio=r.rate_ratio, p_value=r.p_value, adjusted_p=r.adjusted_p,
         adjusted_p_at_test=r.adjusted_p, adjust_method=r.adjust_method, verdict=r.verdict, mcnemar=r.mcnemar,
         summary=r.hypothesis,
     )
-
-
-def _counterfactual_counts(r: measure_rate.Result) -> tuple[int, int]:
-    """k/n of the edited images, from the tool's note ("... after the edit K/N fail"), else from the rate ratio."""
-    for note in r.notes:
-        k_s, _, n_s = note.rsplit("after the edit ", 1)[-1].split(" ", 1)[0].partition("/")
-        if "after the edit " in note and k_s.isdigit() and n_s.isdigit():
-            return int(k_s), int(n_s)
-    n, rr = r.baseline.n, r.rate_ratio
-    if rr is not None and r.baseline.k > 0 and math.isfinite(rr.ratio):
-        return round(rr.ratio * r.baseline.k / r.baseline.n * n), n
-    return 0, n
-
-
-def _measure_images(r: measure_rate.Result, baseline_n: dict[str, int]) -> int:
-    """Images a measure_rate call generated: the caption's sample plus any top-up of its baseline."""
-    if r.mode == "counterfactual":
-        # Fresh class images and their editing, as charged; older results: the images, edits not charged.
-        return r.budget_charged if r.budget_charged is not None else r.baseline.n
-    used = r.hypothesis.failures.n if r.hypothesis is not None else 0
-    have = baseline_n.get(r.purpose, 0)
-    if r.baseline.n > have:
-        used += r.baseline.n - have
-        baseline_n[r.purpose] = r.baseline.n
-    return used
 
 
 def _groups(samples: list[generate_and_classify.Result],

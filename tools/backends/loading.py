@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import os
 import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -21,11 +20,6 @@ from sleuth.tools.backends.base import BackendError, Image
 
 DTYPES = {"float32": "float32", "fp32": "float32", "float16": "float16", "fp16": "float16", "half": "float16",
           "bfloat16": "bfloat16", "bf16": "bfloat16"}
-
-
-def hf_offline() -> bool:
-    """True when the user asked the Hugging Face libraries to stay off the network."""
-    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in {"1", "true", "yes", "on"}
 
 
 def hf_cache_dir() -> str:
@@ -116,13 +110,6 @@ def dtype_tag(dtype: Any) -> str:
     """``""`` for float32, else ``":float16"`` etc.: appended to backend ids, since precision changes outputs."""
     name = str(dtype).removeprefix("torch.")
     return "" if name == "float32" else f":{name}"
-
-
-def require_file(ref: str, *, what: str) -> Path:
-    path = Path(ref).expanduser()
-    if not path.is_file():
-        raise BackendError(f"{what} weights not found: {ref} is not a file.")
-    return path
 
 
 def choose_device(device: str = "cpu") -> Any:

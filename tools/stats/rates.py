@@ -94,7 +94,8 @@ def binomial_rate(k: int, n: int, confidence: float = 0.95, method: str = "wilso
         low, high = _clopper_pearson(k, n, confidence)
     else:
         raise ValueError(f"method must be 'wilson' or 'clopper-pearson', got {method!r}")
-    return Rate(k=k, n=n, rate=k / n if n else math.nan, low=low, high=high, method=method, confidence=confidence)
+    kind: Literal["wilson", "clopper-pearson"] = "wilson" if method == "wilson" else "clopper-pearson"
+    return Rate(k=k, n=n, rate=k / n if n else math.nan, low=low, high=high, method=kind, confidence=confidence)
 
 
 class RatioCI(BaseModel):

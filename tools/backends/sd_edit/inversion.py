@@ -11,9 +11,9 @@
 The schedule is the official one (google/prompt-to-prompt's notebook, written there for 50 steps): Adam's learning
 rate decays from ``null_lr`` to half of it over the steps (``1e-2 * (1 - i / 100)``), and step ``i`` stops early
 once its loss is below a tolerance that grows from ``null_tol`` (``1e-5 + 2e-5 * i`` at 50 steps): later steps,
-which change the image less, get fewer iterations. Gradients are taken of a scaled loss: in float16 the mean squared error's
-gradients (``2 r / N`` for a residual ``r`` over ``N`` latent values, ~1e-8 near convergence) flush to zero
-inside the UNet, and the embedding stops moving.
+which change the image less, get fewer iterations. Gradients are taken of a scaled loss: in float16 the mean
+squared error's gradients (``2 r / N`` for a residual ``r`` over ``N`` latent values, ~1e-8 near convergence)
+flush to zero inside the UNet, and the embedding stops moving.
 """
 
 from __future__ import annotations

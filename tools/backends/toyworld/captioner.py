@@ -54,7 +54,8 @@ class ToyCaptioner:
     def _run(self, images: Sequence[Image] | np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         size = self.world.captioner_training.input_size
         net = self.net  # outside inference mode: a new world trains here on first use
-        feats, probs = [], {h: [] for h in HEADS}
+        feats: list[np.ndarray] = []
+        probs: dict[str, list[np.ndarray]] = {h: [] for h in HEADS}
         with torch.inference_mode():
             for start in range(0, len(images), BATCH):
                 try:

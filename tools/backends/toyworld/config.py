@@ -36,7 +36,8 @@ class Value(_Strict):
     name: str
     words: list[str] = Field(default_factory=list, description="Caption words or phrases that name this value.")
     colour_words: list[str] = Field(default_factory=list,
-                                    description="Backgrounds only: colours that describe it ('the background is white').")
+                                    description="Backgrounds only: colours that describe it "
+                                                "('the background is white').")
     rgb: tuple[int, int, int] | None = Field(None, description="Colours only: the base colour.")
 
 
@@ -147,10 +148,10 @@ class World(_Strict):
                 if d.class_ not in names:
                     raise ValueError(f"bugs[{i}].departures[{j}].class: unknown class {d.class_!r}")
                 self._check_dist(f"bugs[{i}].departures[{j}].train", d.attribute, d.train, total=False)
-        for i, d in enumerate(self.decoys):
-            if d.class_ not in names:
-                raise ValueError(f"decoys[{i}].class: unknown class {d.class_!r}")
-            self._check_dist(f"decoys[{i}]", d.attribute, {d.value: 1.0})
+        for i, decoy in enumerate(self.decoys):
+            if decoy.class_ not in names:
+                raise ValueError(f"decoys[{i}].class: unknown class {decoy.class_!r}")
+            self._check_dist(f"decoys[{i}]", decoy.attribute, {decoy.value: 1.0})
         return self
 
     def _check_dist(self, where: str, attr: str, dist: Distribution, total: bool = True) -> None:

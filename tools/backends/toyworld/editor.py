@@ -45,7 +45,8 @@ class ToyEditor:
                                "(it was changed after generation), so it cannot be edited")
         return scene
 
-    def edited_scene(self, scene: Scene, seed: int, source: ParsedPrompt, target: ParsedPrompt) -> tuple[Scene, list[str]]:
+    def edited_scene(self, scene: Scene, seed: int, source: ParsedPrompt,
+                     target: ParsedPrompt) -> tuple[Scene, list[str]]:
         """``scene`` with the attributes the captions disagree on changed; also the names of those attributes."""
         changes: dict[str, str] = {}
         u = uniforms(np.asarray([seed]), self.world.seed + 17)[0]
@@ -69,7 +70,7 @@ class ToyEditor:
                 changes[attr] = choice
         if label != scene.label:
             changes["label"] = label
-        return replace(scene, **changes), sorted(changes)
+        return replace(scene, **changes), sorted(changes)  # type: ignore[arg-type]
 
     def edit(self, generation: Generation, source_caption: str, target_caption: str) -> EditOutcome:
         scene = self.invert(generation)

@@ -217,9 +217,9 @@ def sample_scenes(parsed: ParsedPrompt, seeds: list[int] | np.ndarray, world: Wo
                                                                parsed.scene_constraints.get(attr))]
         columns[attr] = col
     base = 7
-    return [Scene(labels[lab_idx[i]], *(str(columns[a][i]) for a in
-                                        ("background", "colour", "co_object", "co_colour", "lighting", "domain")),
-                  **{name: float(u[i, base + k]) for k, name in enumerate(LATENTS)})
+    attrs = ("background", "colour", "co_object", "co_colour", "lighting", "domain")
+    return [Scene(labels[lab_idx[i]], **{a: str(columns[a][i]) for a in attrs},  # type: ignore[arg-type]
+                  **{name: float(u[i, base + k]) for k, name in enumerate(LATENTS)})  # type: ignore[arg-type]
             for i in range(len(u))]
 
 

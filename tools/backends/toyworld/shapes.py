@@ -165,8 +165,8 @@ PATTERNS = ("chainlink_fence", "brick_wall")
 def canonical(shape: str, variant: int = 0) -> Layers:
     """The three layers of ``shape`` on a ``CANVAS`` square, as float32 alpha in [0, 1]."""
     layers = [Image.new("L", (CANVAS, CANVAS), 0) for _ in range(3)]
-    pens = [ImageDraw.Draw(im) for im in layers]
-    SHAPES[shape](*pens, np.random.default_rng(1000 + variant))
+    body, detail, light = (ImageDraw.Draw(im) for im in layers)
+    SHAPES[shape](body, detail, light, np.random.default_rng(1000 + variant))
     return tuple(np.asarray(im, dtype=np.float32) / 255.0 for im in layers)  # type: ignore[return-value]
 
 

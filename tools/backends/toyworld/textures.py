@@ -15,7 +15,6 @@ from __future__ import annotations
 import numpy as np
 from PIL import Image
 
-
 GRID = 2.0 ** -16
 """Banks are rounded to multiples of this: exactly representable in float32 for |x| < 256."""
 

@@ -1,0 +1,104 @@
+"""Budgets an audit enforces around a planner: wall time and LLM cost (images are the investigation's own budget).
+
+``BudgetedPlanner`` asks the wrapped planner for turns while the budgets last; once one is spent it answers in the
+planner's place with a ``finish`` turn (``model="budget"``), so the run ends cleanly, with every finding recorded so
+far kept. Budgets are checked between turns: a tool call under way is never cut.
+
+``Clock`` keeps each class's active seconds in ``RUN_DIR/clock.json``, so time spent dead after a crash is not
+charged to the resumed audit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from sleuth.agent.events import Event, PlannerTurn, ToolCall
+from sleuth.agent.planners.replay import BUDGET_MODEL
+from sleuth.agent.runner import Planner, Turn
+
+
+def cost_of(events: Sequence[Event]) -> float:
+    return float(sum(e.cost_usd or 0.0 for e in events if isinstance(e, PlannerTurn)))
+
+
+class BudgetedPlanner:
+    """``wrapped`` plans; this stops it when the class's wall time or LLM cost is spent."""
+
+    def __init__(self, wrapped: Planner, *, seconds_left: Callable[[], float | None] = lambda: None,
+                 cost_limit: float | None = None) -> None:
+        self.wrapped = wrapped
+        self.name = wrapped.name
+        self.seconds_left = seconds_left
+        self.cost_limit = cost_limit
+        """Most this class's turns may cost (already the lesser of the class and the audit's remaining limit)."""
+
+    def exhausted(self, events: Sequence[Event]) -> str | None:
+        left = self.seconds_left()
+        if left is not None and left <= 0:
+            return "the wall-time budget is spent"
+        if self.cost_limit is not None and cost_of(events) >= self.cost_limit:
+            return f"the LLM cost budget (${self.cost_limit:.4g}) is spent"
+        return None
+
+    def next_turn(self, events: Sequence[Event]) -> Turn:
+        reason = self.exhausted(events)
+        if reason is None:
+            return self.wrapped.next_turn(events)
+        n = sum(e.kind == "finding" for e in events)
+        summary = (f"Stopped early: {reason}. {n} finding{'s' * (n != 1)} recorded before the stop stand; "
+                   "hypotheses not yet confirmed were not recorded.")
+        return Turn(reasoning=summary, model=BUDGET_MODEL,
+                    tool_calls=[ToolCall(id=f"budget_stop_{len(events)}", name="finish",
+                                         arguments={"summary": summary})])
+
+
+def stopped_by(events: Sequence[Event]) -> str | None:
+    """The budget that ended a run, from the turn written in the planner's place, or None."""
+    for e in reversed(events):
+        if isinstance(e, PlannerTurn) and e.model == BUDGET_MODEL:
+            return e.reasoning
+    return None
+
+
+class Clock:
+    """Active seconds per class, persisted (atomically, at most once a second) so a crash loses at most a second."""
+
+    def __init__(self, path: Path, now: Callable[[], float] = time.monotonic) -> None:
+        self.path = path
+        self.now = now
+        self.seconds: dict[str, float] = {}
+        if path.exists():
+            self.seconds = {str(k): float(v) for k, v in json.loads(path.read_text()).items()}
+        self._key: str | None = None
+        self._start = 0.0
+        self._before = 0.0
+        self._saved = 0.0
+
+    def start(self, key: str) -> None:
+        self._key, self._start, self._before = key, self.now(), self.seconds.get(key, 0.0)
+
+    def stop(self) -> None:
+        self.tick(force=True)
+        self._key = None
+
+    def of(self, key: str) -> float:
+        if key == self._key:
+            return self._before + self.now() - self._start
+        return self.seconds.get(key, 0.0)
+
+    def total(self) -> float:
+        return sum(self.of(k) for k in {*self.seconds, *([self._key] if self._key else [])})
+
+    def tick(self, *_: object, force: bool = False) -> None:
+        if self._key is None:
+            return
+        self.seconds[self._key] = self.of(self._key)
+        if force or self.now() - self._saved >= 1.0:
+            tmp = self.path.with_name(f".{self.path.name}.tmp")
+            tmp.write_text(json.dumps(self.seconds, sort_keys=True))
+            os.replace(tmp, self.path)
+            self._saved = self.now()

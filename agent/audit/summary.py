@@ -1,0 +1,138 @@
+"""What an audit found: per-class summaries, the findings of all classes ranked, and the terminal tables.
+
+Findings (``FindingSummary``, the shape ``investigate --json`` prints too) are ranked by effect size (the discovery rate
+ratio against the class baseline; an infinite ratio, a baseline without failures, ranks highest), then by the lower
+end of its interval. Hypotheses supported on discovery seeds but not confirmed (``HypothesisSummary``) are listed
+apart, ranked the same way.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from rich.table import Table
+
+from sleuth.agent.audit.budget import cost_of, stopped_by
+from sleuth.agent.events import Event, RunFinished
+from sleuth.agent.replay.resume import Continued
+from sleuth.tools.findings import FindingSummary, HypothesisSummary
+from sleuth.tools.investigation import Investigation, normalise_caption
+
+
+def hypotheses(inv: Investigation) -> list[HypothesisSummary]:
+    """Every discovery test of the class's family, with its evidence."""
+    return [HypothesisSummary.of(inv.label, t.id, t.caption, t.kind, t.k1, t.n1, t.k0, t.n0, t.p_value, t.adjusted_p,
+                                 t.verdict)
+            for t in inv.tests if t.purpose == "discovery"]
+
+
+def class_summary(label: str, slug: str, inv: Investigation, events: Sequence[Event], cont: Continued,
+                  seconds: float) -> dict[str, Any]:
+    finished = events[-1] if events and isinstance(events[-1], RunFinished) else None
+    found = [FindingSummary.of(label, f) for f in inv.findings]
+    confirmed = {normalise_caption(f.caption) for f in found}
+    tested = hypotheses(inv)
+    # Supported by the family's final adjustment (a verdict is given when its test is run, before later tests
+    # enlarge the family).
+    candidates = [h for h in tested if h.kind == "rate" and h.adjusted_p <= inv.alpha
+                  and normalise_caption(h.caption) not in confirmed]
+    return {
+        "class": label, "dir": slug,
+        "status": finished.status if finished else "unfinished",
+        "answer": finished.answer if finished else None,
+        "stopped_by": stopped_by(events),
+        "images": inv.budget.used, "image_budget": inv.budget.images,
+        "seconds": round(seconds, 2), "cost_usd": round(cost_of(events), 6),
+        "events": len(events), "turns": sum(e.kind == "planner_turn" for e in events),
+        "hypotheses_tested": len(tested),
+        "findings": [f.model_dump(mode="json") for f in found],
+        "unconfirmed": [h.model_dump(mode="json") for h in candidates],
+        "hypotheses": [h.model_dump(mode="json") for h in tested],
+        "recovery": {"resumed": cont.recovered_events > 0 and not cont.already_finished,
+                     "events_found": cont.recovered_events, "calls_rerun": cont.rerun_calls,
+                     "calls_completed": cont.completed_calls,
+                     "torn_line_moved_to": str(cont.torn_path) if cont.torn_path else None,
+                     "torn_bytes": cont.torn_bytes,
+                     # Every torn line any resume moved aside, kept on disk as evidence.
+                     "torn_lines": [{"file": p.name, "bytes": p.stat().st_size}
+                                    for p in sorted(cont.transcript.parent.glob(f"{cont.transcript.name}.torn-*"))]},
+    }
+
+
+def skipped_summary(label: str, slug: str, reason: str) -> dict[str, Any]:
+    return {"class": label, "dir": slug, "status": "skipped", "answer": None, "stopped_by": reason, "images": 0,
+            "image_budget": 0, "seconds": 0.0, "cost_usd": 0.0, "events": 0, "turns": 0, "hypotheses_tested": 0,
+            "findings": [], "unconfirmed": [], "hypotheses": [], "recovery": None}
+
+
+def _effect(ratio: float | None, ci: Sequence[float | None]) -> tuple[float, float]:
+    return (-(ratio if ratio is not None else math.inf), -(ci[0] if ci[0] is not None else 0.0))
+
+
+def ranked(classes: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Confirmed findings of every class, largest effect first."""
+    rows = [f for c in classes for f in c["findings"]]
+    return sorted(rows, key=lambda f: (*_effect(f["discovery"]["rate_ratio"], f["discovery"]["rate_ratio_ci"]),
+                                       f["label"], f["caption"]))
+
+
+def ranked_unconfirmed(classes: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    rows = [h for c in classes for h in c["unconfirmed"]]
+    return sorted(rows, key=lambda h: (*_effect(h["rate_ratio"], h["rate_ratio_ci"]), h["label"], h["caption"]))
+
+
+def audit_summary(run_dir: str, config: dict[str, Any], classes: list[dict[str, Any]],
+                  seconds: float) -> dict[str, Any]:
+    statuses = {c["status"] for c in classes}
+    status = "completed" if statuses <= {"completed"} else ("budget" if "skipped" in statuses or any(
+        c["stopped_by"] for c in classes) else "partial")
+    return {
+        "run_dir": run_dir, "status": status, "config": config,
+        "images": sum(c["images"] for c in classes), "seconds": round(seconds, 2),
+        "cost_usd": round(sum(c["cost_usd"] for c in classes), 6),
+        "classes": classes, "findings": ranked(classes), "unconfirmed": ranked_unconfirmed(classes),
+    }
+
+
+def _x(x: float | None) -> str:
+    return "∞" if x is None else f"{x:.3g}"
+
+
+def _kn(r: dict[str, Any]) -> str:
+    return f"{r['k']}/{r['n']} [{100 * r['low']:.1f}–{100 * r['high']:.1f}%]"
+
+
+def findings_table(summary: dict[str, Any]) -> Table:
+    rows = [(f, True) for f in summary["findings"]] + [(h, False) for h in summary["unconfirmed"]]
+    table = Table(title=f"Audit findings: {len(summary['findings'])} confirmed, {len(summary['unconfirmed'])} "
+                        f"supported but unconfirmed ({len(summary['classes'])} classes, {summary['images']} images)")
+    table.add_column("class", no_wrap=True)
+    table.add_column("hypothesis", overflow="fold", ratio=3)
+    table.add_column("confirmed", no_wrap=True)
+    for col in ("failures k/n [95% CI]", "baseline k/n [95% CI]", "rate ratio [95% CI]", "adj. p"):
+        table.add_column(col, overflow="fold", ratio=1)
+    for row, confirmed in rows:
+        e = row["discovery"] if confirmed else row
+        ci = e["rate_ratio_ci"]
+        table.add_row(row["label"], row["caption"], "yes" if confirmed else "no", _kn(e["hypothesis"]),
+                      _kn(e["baseline"]), f"{_x(e['rate_ratio'])} [{_x(ci[0])}, {_x(ci[1])}]",
+                      f"{e['adjusted_p']:.2g}", style=None if confirmed else "dim")
+    return table
+
+
+def classes_table(summary: dict[str, Any]) -> Table:
+    table = Table(title="Classes")
+    for col in ("class", "status", "images", "seconds", "hypotheses", "findings", "note"):
+        table.add_column(col, overflow="fold")
+    for c in summary["classes"]:
+        note = c["stopped_by"] or ""
+        rec = c.get("recovery") or {}
+        if rec.get("resumed"):
+            note = (note + "; " if note else "") + f"resumed after {rec['events_found']} events"
+            if rec.get("torn_line_moved_to"):
+                note += f", torn line ({rec['torn_bytes']} bytes) moved aside"
+        table.add_row(c["class"], c["status"], f"{c['images']}/{c['image_budget']}", f"{c['seconds']:.1f}",
+                      str(c["hypotheses_tested"]), str(len(c["findings"])), note)
+    return table

@@ -1,0 +1,93 @@
+"""`sleuth investigate --class CLASS`: audit one class end to end and print the findings with their evidence."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from sleuth.agent.cli.flags import (
+    add_backend_arguments,
+    add_planner_arguments,
+    add_run_arguments,
+    build_backends,
+    run_config,
+)
+from sleuth.agent.errors import UsageError
+
+NAME = "investigate"
+HELP = "Investigate one class: find failure hypotheses, test, refine, confirm, and record findings."
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_run_arguments(p)
+    p.add_argument("--json", action="store_true", help="Print a JSON summary instead of the terminal report.")
+    p.add_argument("--quiet", action="store_true", help="No live transcript, only the findings table.")
+    add_backend_arguments(p)
+    add_planner_arguments(p)
+
+
+def summary(session: Any, result: Any, seconds: float) -> dict[str, Any]:
+    """What ``--json`` prints: the run's outcome and its findings (``FindingSummary``, as an audit's summary.json)."""
+    from sleuth.tools.findings import FindingSummary
+
+    inv = session.investigation
+    base = inv.baselines.get("discovery")
+    return {
+        "class": inv.label,
+        "status": result.status,
+        "images": inv.budget.used,
+        "baseline": {"k": base.k, "n": base.n} if base is not None else None,
+        "seconds": round(seconds, 2),
+        "transcript": str(session.transcript),
+        "hypotheses_tested": len([t for t in inv.tests if t.purpose == "discovery"]),
+        "findings": [FindingSummary.of(inv.label, f).model_dump(mode="json") for f in inv.findings],
+        "answer": result.answer,
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from sleuth.agent.session import Session, new_run_dir
+    from sleuth.agent.terminal.progress import ProgressBars
+    from sleuth.agent.terminal.render import render_event
+    from sleuth.agent.terminal.tables import findings_table
+    from sleuth.tools.registry import ToolError
+
+    config = run_config(args)
+    console = Console(stderr=args.json)
+    bars = ProgressBars(console, enabled=not args.json and console.is_terminal)
+    with bars:
+        backends = build_backends(config.backends, progress=bars.update)
+    labels = backends.classifier.labels
+    if config.label not in labels.labels:
+        raise UsageError(labels.unknown_message(config.label))
+    run_dir = new_run_dir(Path(args.runs), config.label, config.seed)
+    try:
+        session = Session(backends=backends, config=config, run_dir=run_dir, progress=bars.update)
+    except ToolError as e:
+        raise UsageError(str(e)) from None
+    planner = session.planner()
+    if not args.json and not args.quiet:
+        def show(event: Any) -> None:
+            renderable = render_event(event)
+            if renderable is not None:
+                bars.print(renderable)
+        session.subscribers.append(show)
+    t0 = time.perf_counter()
+    with bars:
+        result = session.run(planner)
+    seconds = time.perf_counter() - t0
+    out = summary(session, result, seconds)
+    if args.json:
+        json.dump(out, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        console.print(findings_table(session.investigation))
+        console.print(f"{out['images']} images, {seconds:.1f} s. Transcript: {session.transcript}")
+        console.print(f"Replay it with: sleuth replay {session.transcript}")
+    return 0 if result.status == "completed" else 1

@@ -1,0 +1,83 @@
+"""Planners written as a script: a generator that yields turns and is sent the typed results of their calls.
+
+The offline planners (protocol, wiles, random) are procedures, so they read best as straight-line code: each
+``yield`` is one turn, and its value is the list of what the turn's calls returned, each read back into its tool's
+``Result`` (or a ``CallFailed`` with the tool's error). The same results give the same turns, so resume and fork can
+fast-forward such a planner through a recording.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
+
+from sleuth.agent.events import Event, PlannerTurn, ToolCall, ToolReturned
+from sleuth.agent.runner import Turn
+from sleuth.tools import investigation_tools
+
+
+@dataclass(frozen=True)
+class CallFailed:
+    """A call of the turn that returned an error (or a result this sleuth cannot read)."""
+
+    error: str
+
+
+Results = list[Any]
+"""What a turn's calls returned, in call order: tool ``Result`` models or ``CallFailed``."""
+Script = Generator[Turn, Results, None]
+R = TypeVar("R", bound=BaseModel)
+
+
+def ok(result: Any, kind: type[R]) -> R | None:
+    """``result`` when it is a ``kind`` (the call succeeded), else None."""
+    return result if isinstance(result, kind) else None
+
+
+def last_results(events: Sequence[Event]) -> Results:
+    """Results of the calls made in the latest planner turn, in call order."""
+    reg = investigation_tools()
+    out: Results = []
+    for e in reversed(events):
+        if isinstance(e, PlannerTurn):
+            break
+        if isinstance(e, ToolReturned):
+            typed = reg.result(e.name, e.result) if e.ok else None
+            out.append(typed if typed is not None else CallFailed(e.error or "the result could not be read"))
+    return list(reversed(out))
+
+
+class ScriptPlanner:
+    """Base of the scripted planners: subclasses write ``script()``."""
+
+    deterministic = True
+    """The same tool results give the same turns: resume and fork can fast-forward it."""
+
+    def __init__(self, name: str, model: str | None = None) -> None:
+        self.name = name
+        self.model = model or name
+        """Written as the turns' ``model``: which procedure took them."""
+        self._script: Script | None = None
+        self._calls = 0
+
+    def script(self) -> Script:
+        raise NotImplementedError
+
+    def next_turn(self, events: Sequence[Event]) -> Turn:
+        if self._script is None:
+            self._script = self.script()
+            return next(self._script)
+        return self._script.send(last_results(events))
+
+    def call(self, name: str, **arguments: Any) -> ToolCall:
+        self._calls += 1
+        return ToolCall(id=f"call_{self._calls}", name=name, arguments=arguments)
+
+    def turn(self, reasoning: str, *calls: ToolCall) -> Turn:
+        return Turn(reasoning=reasoning, tool_calls=list(calls), model=self.model)
+
+    def finish(self, summary: str) -> Turn:
+        return self.turn(summary, self.call("finish", summary=summary))

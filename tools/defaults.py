@@ -1,0 +1,8 @@
+"""Defaults shared by the tools and the agent's config, defined once (this module imports nothing)."""
+
+BUDGET = 20_000
+"""Images one investigation may generate, unless told otherwise."""
+ALPHA = 0.05
+"""Family-wise error level of the findings, unless told otherwise."""
+BASELINE_N = 1000
+"""Images of the class baseline, unless told otherwise."""

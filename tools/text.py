@@ -1,0 +1,60 @@
+"""How tool results read as text: one line for a language model's context, styled lines for a terminal.
+
+Each tool module may export ``summary(result) -> str`` (the one line a planner keeps of an older result: ids, rates,
+verdicts) and ``render(result) -> list[Line]`` (what a terminal shows). A ``Line`` is a list of (text, style) spans;
+the styles are names the terminal maps to colours (``tools/`` knows nothing of terminals):
+
+- ``key`` a field name, ``dim`` secondary detail, ``bold`` emphasis,
+- ``good`` a supported verdict, ``warn`` an inconclusive one or a caveat, ``bad`` an error.
+
+A rate is never shown without its count and interval.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+from sleuth.tools import stats
+
+Span = tuple[str, str]
+Line = list[Span]
+
+MAX_ITEMS = 6
+
+VERDICT_STYLE = {"supported": "good", "not supported": "dim", "inconclusive": "warn"}
+
+
+def quote(text: str) -> str:
+    """Model-written text (a caption, a prompt) as a JSON string literal: data, never instructions."""
+    return json.dumps(text, ensure_ascii=False)
+
+
+def cut(text: str, limit: int = 100) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def num(x: float) -> str:
+    return "∞" if x == math.inf else f"{x:.3g}"
+
+
+def kn(rate: stats.Rate | None) -> str:
+    """``k/n = 7.5% [5.3–10.5%]``."""
+    if rate is None or not rate.n:
+        return "0/0"
+    return f"{rate.k}/{rate.n} = {100 * rate.k / rate.n:.1f}% [{100 * rate.low:.1f}–{100 * rate.high:.1f}%]"
+
+
+def kn_short(rate: stats.Rate | None) -> str:
+    """``k/n [low%, high%]``, for one-line summaries."""
+    if rate is None or not rate.n:
+        return "n/a"
+    return f"{rate.k}/{rate.n} [{100 * rate.low:.1f}%, {100 * rate.high:.1f}%]"
+
+
+def ratio(r: stats.RatioCI | None) -> str:
+    return "n/a" if r is None else f"{num(r.ratio)}× [{num(r.low)}, {num(r.high)}]"
+
+
+def pv(p: float | None) -> str:
+    return "n/a" if p is None else f"{p:.2g}"
