@@ -172,3 +172,44 @@ def test_backend_flags_to_specs_and_config(tmp_path: Path) -> None:
     recorded = run_config(args).record()["backends"]
     assert BackendSpecs.model_validate(recorded) == specs  # what run_started records rebuilds the same backends
     json.dumps(recorded, allow_nan=False)  # goes into the transcript as is
+
+
+def test_counterfactual_edits_on_tiny_stable_diffusion_replay_and_verify(models: dict[str, str],
+                                                                        tmp_path: Path) -> None:
+    """The Stable Diffusion editor in an investigation: a hypothesis caption (class prompt + ". it is on a bench.")
+    edits fresh class images, capped and charged to the budget; the transcript verifies."""
+    from sleuth.agent.events import ToolCall, Turn
+    from sleuth.agent.planners.scripted import ScriptedPlanner
+    from sleuth.agent.replay.rebuild import verify_run
+    from sleuth.tools.backends.specs import make_backends
+    from sleuth.tools.cache import PredictionCache
+    from tests.fakeworld import new_session
+
+    pipe = models["generator"].split(",")[0].removeprefix("diffusers:")
+    backends = make_backends(generator=models["generator"], classifier=models["classifier"],
+                             captioner=models["captioner"], embedder=models["embedder"],
+                             editor=f"sd-edit:{pipe},steps=2,null_steps=1,pairs=3")
+    caption = "a realistic photograph of a tabby cat. it is on a bench."
+    session = new_session(backends, tmp_path / "run", cache=PredictionCache(tmp_path / "predictions.sqlite"),
+                          **{"class": "tabby cat", "criterion": "parent", "budget": 500})
+    result = session.run(ScriptedPlanner([
+        Turn(reasoning="edit class images onto a bench",
+             tool_calls=[ToolCall(id="c1", name="measure_rate", arguments={"caption": caption,
+                                                                          "mode": "counterfactual"})]),
+        Turn(reasoning="done", tool_calls=[ToolCall(id="c2", name="finish", arguments={"summary": "done"})]),
+    ]))
+    assert result.status == "completed"
+    events = read_transcript(session.transcript)
+    (cf,) = [e for e in events if e.kind == "tool_returned" and e.name == "measure_rate"]
+    assert cf.ok, cf.error
+    r = cf.result
+    # Capped at the editor's 3 pairs; a pure addition after "cat." leaves the class word alone, so no edit fails
+    # the class-word filter (the only filter without a CLIP model) and every pair counts.
+    assert r["baseline"]["n"] == 3 and r["mcnemar"]["b"] + r["mcnemar"]["c"] <= 3
+    assert any("3 pairs edited, not 200" in n for n in r["notes"])
+    assert not any("quality filters" in n for n in r["notes"])
+    # 3 images generated; each inverted (2 steps: 1 DDIM + 2 + 3 x 1 null-text passes a step, over 2 per image: 3)
+    # and edited (source and one candidate: 2).
+    assert session.investigation.budget.used == 3 + 3 * (3 + 2) and session.investigation.budget.editing == 15
+    report = verify_run(session.transcript, backends=backends)
+    assert report.ok and report.status == "identical", [d.describe() for d in report.differences]

@@ -64,8 +64,9 @@ def save_sd_pipeline(tmp: Path) -> Path:
     return tmp / "pipe"
 
 
-def save_blip(tmp: Path) -> Path:
-    """A 2-layer BLIP captioner with a BERT word-level tokenizer over ``BLIP_WORDS``, saved as a model folder."""
+def save_blip(tmp: Path, words: tuple[str, ...] = ()) -> Path:
+    """A 2-layer BLIP captioner with a BERT word-level tokenizer over ``BLIP_WORDS`` (and ``words``), saved as a
+    model folder."""
     from transformers import (
         BertTokenizerFast,
         BlipConfig,
@@ -76,7 +77,7 @@ def save_blip(tmp: Path) -> Path:
         BlipVisionConfig,
     )
 
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "[DEC]", *dict.fromkeys(BLIP_WORDS)]
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "[DEC]", *dict.fromkeys([*BLIP_WORDS, *words])]
     (tmp / "tok").mkdir(parents=True, exist_ok=True)
     (tmp / "tok" / "vocab.txt").write_text("\n".join(vocab) + "\n")
     tokenizer = BertTokenizerFast.from_pretrained(tmp / "tok", bos_token="[DEC]", do_lower_case=True)
@@ -93,6 +94,59 @@ def save_blip(tmp: Path) -> Path:
     model.save_pretrained(tmp / "blip")
     processor.save_pretrained(tmp / "blip")
     return tmp / "blip"
+
+
+def byte_level_bpe(words: tuple[str, ...]):
+    """An OPT-style byte-level BPE tokenizer (GPT-2's algorithm, BOS ``</s>`` first) whose merges make each word a
+    single token after a space ("Ġsitting") and leave it in single bytes at the start of a text, as a real
+    vocabulary often does: the same word is tokenised differently in context."""
+    from transformers import GPT2Tokenizer
+
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    others = [b for b in range(256) if b not in printable]
+    chars = [chr(b) for b in printable] + [chr(256 + i) for i in range(len(others))]  # GPT-2's byte alphabet
+    vocab = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3, **{c: 4 + i for i, c in enumerate(chars)}}
+    merges: list[tuple[str, str]] = []
+    for w in words:
+        piece = "Ġ"
+        for ch in w:
+            if (piece, ch) not in merges:
+                merges.append((piece, ch))
+            piece += ch
+            vocab.setdefault(piece, len(vocab))
+    return GPT2Tokenizer(vocab=vocab, merges=merges, bos_token="</s>", eos_token="</s>", pad_token="<pad>",
+                         unk_token="<unk>", add_bos_token=True)
+
+
+def save_blip2(tmp: Path) -> Path:
+    """A tiny BLIP-2 (ViT, Q-Former with 4 queries, 2-layer OPT) with a byte-level BPE tokenizer over ``BLIP_WORDS``,
+    saved as a model folder; the processor puts the image tokens first, as transformers' own does."""
+    from transformers import (
+        Blip2Config,
+        Blip2ForConditionalGeneration,
+        Blip2Processor,
+        Blip2QFormerConfig,
+        Blip2VisionConfig,
+        BlipImageProcessor,
+        OPTConfig,
+    )
+
+    tokenizer = byte_level_bpe(tuple(w for w in BLIP_WORDS if w.isalpha()))
+    processor = Blip2Processor(image_processor=BlipImageProcessor(size={"height": 32, "width": 32}),
+                               tokenizer=tokenizer, num_query_tokens=4)  # adds the <image> token
+    vision = Blip2VisionConfig(hidden_size=32, intermediate_size=37, num_hidden_layers=1, num_attention_heads=4,
+                               image_size=32, patch_size=8)
+    qformer = Blip2QFormerConfig(hidden_size=32, intermediate_size=37, num_hidden_layers=1, num_attention_heads=4,
+                                 encoder_hidden_size=32, vocab_size=len(tokenizer))
+    text = OPTConfig(vocab_size=len(tokenizer), hidden_size=32, ffn_dim=37, num_hidden_layers=2, num_attention_heads=4,
+                     max_position_embeddings=64, word_embed_proj_dim=32, bos_token_id=2, eos_token_id=2,
+                     pad_token_id=1)
+    config = Blip2Config(vision_config=vision.to_dict(), qformer_config=qformer.to_dict(), text_config=text.to_dict(),
+                         num_query_tokens=4, image_token_index=tokenizer.convert_tokens_to_ids("<image>"))
+    torch.manual_seed(0)
+    Blip2ForConditionalGeneration(config).save_pretrained(tmp / "blip2")
+    processor.save_pretrained(tmp / "blip2")
+    return tmp / "blip2"
 
 
 TINY_CLIP = {"embed_dim": 16,

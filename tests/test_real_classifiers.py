@@ -65,6 +65,67 @@ def test_torchvision_missing_hub_weights(tmp_path: Path, monkeypatch: pytest.Mon
         make_classifier("torchvision:resnet5000")
 
 
+def hub_checkpoint(monkeypatch: pytest.MonkeyPatch, root: Path, weights, model: torch.nn.Module) -> Path:
+    """``model``'s tensors saved where torchvision keeps ``weights`` in the torch hub cache (under ``root``)."""
+    monkeypatch.setenv("TORCH_HOME", str(root))
+    file = Path(torch.hub.get_dir()) / "checkpoints" / Path(weights.url).name
+    file.parent.mkdir(parents=True)
+    torch.save(model.state_dict(), file)
+    return file
+
+
+def test_torchvision_hub_weights_are_built_as_their_builder_builds_them(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """GoogLeNet's ImageNet weights expect its input transform (transform_input=True), which its builder turns on
+    only when given the weights; building without them and loading the tensors silently misreads every image."""
+    import torchvision
+
+    weights = torchvision.models.GoogLeNet_Weights.IMAGENET1K_V1
+    torch.manual_seed(0)
+    trained = torchvision.models.GoogLeNet(transform_input=True, aux_logits=True, init_weights=False)
+    # Batch-norm statistics from noise images and a larger head, so logits depend on the image (random weights
+    # with unit statistics give near-constant logits).
+    for m in trained.modules():
+        if isinstance(m, torch.nn.BatchNorm2d):
+            m.momentum = None
+    with torch.no_grad():
+        trained.train()(torch.randn(8, 3, 224, 224, generator=torch.Generator().manual_seed(0)))
+        trained.fc.weight.mul_(100.0)
+    hub_checkpoint(monkeypatch, tmp_path, weights, trained.eval())
+    clf = make_classifier("torchvision:googlenet:IMAGENET1K_V1")
+    assert clf.id == "torchvision:googlenet:IMAGENET1K_V1"
+    model = clf._forward
+    assert model.transform_input is True and model.aux_logits is False  # as torchvision.models.googlenet(weights=)
+    reference = torchvision.models.googlenet(weights=weights).eval()
+    from PIL import Image
+
+    x = torch.stack([weights.transforms()(Image.fromarray(im)) for im in images()])
+    with torch.no_grad():
+        expected = reference(x).numpy()
+        plain = torchvision.models.googlenet(weights=None, num_classes=1000, init_weights=False).eval()
+        plain.load_state_dict(trained.state_dict())
+        misread = plain(x).numpy()
+    a = check_logits(clf, 1000)
+    np.testing.assert_allclose(a, expected, rtol=1e-4, atol=1e-4 * np.abs(a).max())
+    # What loading into the weight-less build gives: another input transform, other logits.
+    assert np.abs(misread - expected).max() > 0.05 * np.abs(expected).max()
+
+
+@pytest.mark.slow
+def test_torchvision_vit_swag_weights_get_their_image_size(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """ViT-B/16 SWAG weights are for 384 px (the builder sets image_size): a 224 px build cannot even load them."""
+    import torchvision
+
+    weights = torchvision.models.ViT_B_16_Weights.IMAGENET1K_SWAG_E2E_V1
+    torch.manual_seed(0)
+    vit = torchvision.models.vit_b_16(image_size=384)
+    torch.nn.init.normal_(vit.heads.head.weight)  # torchvision starts the head at zero: logits would all be 0
+    hub_checkpoint(monkeypatch, tmp_path, weights, vit)
+    clf = make_classifier("torchvision:vit_b_16:IMAGENET1K_SWAG_E2E_V1")
+    assert clf._forward.image_size == 384
+    check_logits(clf, 1000)
+
+
 def test_timm_checkpoint(tmp_path: Path) -> None:
     timm = pytest.importorskip("timm")
     torch.manual_seed(0)

@@ -8,11 +8,17 @@ caption or store, images to edit) are generated again from their seeds.
 
 The store is an SQLite file (safe under concurrent readers and a killed writer) with an in-memory layer in front.
 Only the top ``TOP`` logits of each image are kept: every failure criterion reads the top-k order only.
+
+Edit outcomes of editors that ask for it (``cache_outcomes``: a diffusion editor on a GPU, whose edits are costly
+and not bit-reproducible) are kept in the same file, by (editor id, image pixels, source and target captions): a
+resumed run or a verification on the same machine gets the recorded edit back instead of a slightly different one.
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
+import json
 import os
 import sqlite3
 import threading
@@ -21,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from sleuth.tools.backends.base import EditOutcome, Image
 
 TOP = 32
 """Logits kept per image; criteria look at the top k <= TOP."""
@@ -77,6 +85,9 @@ class PredictionCache:
                 "CREATE TABLE IF NOT EXISTS predictions (key TEXT NOT NULL, seed INTEGER NOT NULL, "
                 "indices BLOB NOT NULL, vals BLOB NOT NULL, valid INTEGER NOT NULL, unrendered TEXT NOT NULL, "
                 "PRIMARY KEY (key, seed)) WITHOUT ROWID")
+            self._db.execute("CREATE TABLE IF NOT EXISTS edits (key TEXT PRIMARY KEY NOT NULL, image BLOB NOT NULL, "
+                             "info TEXT NOT NULL) WITHOUT ROWID")
+        self._edits: dict[str, EditOutcome] = {}
 
     def get_many(self, generator_id: str, classifier_id: str, prompt: str,
                  seeds: Sequence[int]) -> list[Prediction | None]:
@@ -113,6 +124,23 @@ class PredictionCache:
             with self._lock:
                 self._db.executemany("INSERT OR REPLACE INTO predictions VALUES (?, ?, ?, ?, ?, ?)", rows)
 
+    def get_edit(self, key: str) -> EditOutcome | None:
+        """The edit outcome kept under ``key`` (see :func:`edit_key`), if any."""
+        hit = self._edits.get(key)
+        if hit is None and self._db is not None:
+            with self._lock:
+                row = self._db.execute("SELECT image, info FROM edits WHERE key=?", (key,)).fetchone()
+            if row is not None:
+                hit = self._edits[key] = _outcome(row[0], row[1])
+        return hit
+
+    def put_edit(self, key: str, outcome: EditOutcome) -> None:
+        self._edits[key] = outcome
+        if self._db is not None:
+            image, info = _outcome_row(outcome)
+            with self._lock:
+                self._db.execute("INSERT OR REPLACE INTO edits VALUES (?, ?, ?)", (key, image, info))
+
     def close(self) -> None:
         if self._db is not None:
             self._db.close()
@@ -122,3 +150,30 @@ class PredictionCache:
 def _chunks(items: Sequence[int], size: int) -> Iterable[Sequence[int]]:
     for i in range(0, len(items), size):
         yield items[i:i + size]
+
+
+def edit_key(editor_id: str, image: Image, source: str, target: str) -> str:
+    """What an edit outcome depends on: the editor (model and settings), the image's pixels and the two captions."""
+    a = np.ascontiguousarray(np.asarray(image, dtype=np.uint8))
+    h = hashlib.sha256(f"{editor_id}\x1f{a.shape}\x1f{source}\x1f{target}\x1f".encode())
+    h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def _outcome_row(o: EditOutcome) -> tuple[bytes, str]:
+    from PIL import Image as PILImage
+
+    buf = io.BytesIO()
+    PILImage.fromarray(np.asarray(o.image, dtype=np.uint8)).save(buf, format="PNG")  # lossless
+    info = {"source": o.source_caption, "target": o.target_caption, "scores": o.scores, "passed": o.passed,
+            "unrendered": list(o.unrendered), "meta": o.meta}
+    return buf.getvalue(), json.dumps(info, default=str)
+
+
+def _outcome(image: bytes, info: str) -> EditOutcome:
+    from PIL import Image as PILImage
+
+    d = json.loads(info)
+    pixels = np.asarray(PILImage.open(io.BytesIO(image)).convert("RGB"))
+    return EditOutcome(image=pixels, source_caption=d["source"], target_caption=d["target"], scores=d["scores"],
+                       passed=d["passed"], unrendered=tuple(d["unrendered"]), meta=d["meta"])

@@ -2,7 +2,9 @@
 
 Each image is edited from `source_caption` to `target_caption` (toyworld re-renders its scene with the changed
 attributes; real models use inversion + prompt-to-prompt), then both versions are classified. With several images,
-the flips are tested with the exact McNemar test (paired data): did the edit make the classifier fail?
+the flips are tested with the exact McNemar test (paired data): did the edit make the classifier fail? Edits that
+failed a quality filter of the editor are shown but not counted. Editing is charged to the image budget at the
+editor's declared cost.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from pydantic import BaseModel, Field
 from sleuth.tools import stats
 from sleuth.tools.common import investigation
 from sleuth.tools.context import ToolContext
-from sleuth.tools.counterfactual import Flip, edit_and_classify, mcnemar_text
+from sleuth.tools.counterfactual import Flip, edit_and_classify, mcnemar_text, paired_counts
 from sleuth.tools.text import Line, pv
 
 NAME = "edit_image"
@@ -27,9 +29,13 @@ class Args(BaseModel):
 
 class Result(BaseModel):
     edits: list[Flip]
-    to_failure: int = Field(description="Images classified correctly before and wrongly after the edit.")
-    to_correct: int = Field(description="Images classified wrongly before and correctly after the edit.")
-    mcnemar: stats.McNemar | None = Field(None, description="Exact paired test, with two or more images.")
+    to_failure: int = Field(description="Counted images classified correctly before and wrongly after the edit.")
+    to_correct: int = Field(description="Counted images classified wrongly before and correctly after the edit.")
+    excluded: int = Field(0, description="Edits that failed a quality filter of the editor: not counted.")
+    mcnemar: stats.McNemar | None = Field(None, description="Exact paired test over the counted pairs, with two or "
+                                                            "more.")
+    budget_charged: int = Field(0, description="Images' worth the editing cost (the editor's declared cost).")
+    notes: list[str] = Field(default_factory=list)
 
 
 def summary(r: Result) -> str:
@@ -48,8 +54,10 @@ def render(r: Result) -> list[Line]:
 def run(args: Args, ctx: ToolContext) -> Result:
     inv = investigation(ctx)
     gens = [inv.generation(ref) for ref in args.images]
+    charged = inv.budget.editing
     flips, _ = edit_and_classify(inv, gens, args.source_caption, args.target_caption)
-    b = sum(1 for f in flips if not f.failed_before and f.failed_after)
-    c = sum(1 for f in flips if f.failed_before and not f.failed_after)
-    mc = stats.mcnemar_exact(b, c, alternative="greater") if len(flips) > 1 else None
-    return Result(edits=flips, to_failure=b, to_correct=c, mcnemar=mc)
+    pc = paired_counts(flips)
+    mc = stats.mcnemar_exact(pc.to_failure, pc.to_correct, alternative="greater") if pc.pairs > 1 else None
+    note = pc.note()
+    return Result(edits=flips, to_failure=pc.to_failure, to_correct=pc.to_correct, excluded=pc.excluded, mcnemar=mc,
+                  budget_charged=inv.budget.editing - charged, notes=[note] if note else [])

@@ -35,6 +35,9 @@ MAX_IMAGES_PER_CALL = 5000
 class Budget:
     images: int = BUDGET
     used: int = 0
+    editing: int = 0
+    """Of ``used``: images' worth charged for counterfactual editing (inversions and edits, at the editor's declared
+    cost, see ``tools.counterfactual``)."""
 
     @property
     def left(self) -> int:
@@ -44,6 +47,13 @@ class Budget:
         if n > self.left:
             raise ToolError(f"image budget exhausted: {n} images asked, {self.left} of {self.images} left")
         self.used += n
+
+    def spend_editing(self, n: int) -> None:
+        if n > self.left:
+            raise ToolError(f"image budget exhausted: editing costs {n} images' worth, {self.left} of {self.images} "
+                            "left")
+        self.used += n
+        self.editing += n
 
 
 @dataclass

@@ -18,7 +18,7 @@ from pydantic import BaseModel, Field
 from sleuth.tools import stats
 from sleuth.tools.common import SampleSummary, investigation, sample_line, summarise
 from sleuth.tools.context import ToolContext
-from sleuth.tools.counterfactual import Flip, counterfactual_pairs, mcnemar_text
+from sleuth.tools.counterfactual import Flip, counterfactual_pairs, counterfactual_size, mcnemar_text, paired_counts
 from sleuth.tools.defaults import BASELINE_N
 from sleuth.tools.investigation import Investigation, Purpose, Test, merge
 from sleuth.tools.registry import ToolError
@@ -62,6 +62,8 @@ class Result(BaseModel):
     measurement_id: str | None = None
     verdict: Verdict
     notes: list[str] = Field(default_factory=list)
+    budget_charged: int | None = Field(None, description="Counterfactual mode: images' worth the call charged to the "
+                                                         "budget (class images generated, and their editing).")
 
 
 def summary(r: Result) -> str:
@@ -164,26 +166,33 @@ def _verdict(adjusted_p: float, alpha: float, action: str, ratio: stats.RatioCI)
 
 
 def _counterfactual(inv: Investigation, args: Args, purpose: Purpose) -> Result:
-    n = min(args.max_n, 200)
+    n, notes = counterfactual_size(inv, args.max_n)
+    used = inv.budget.used
     base = inv.sample(inv.class_prompt, n, purpose=purpose, task=f"counterfactual ({purpose})")
-    flips, edited_failed = counterfactual_pairs(inv, base, inv.class_prompt, args.caption)
-    b = sum(1 for f in flips if not f.failed_before and f.failed_after)
-    c = sum(1 for f in flips if f.failed_before and not f.failed_after)
+    flips, _ = counterfactual_pairs(inv, base, inv.class_prompt, args.caption)
+    # Only pairs whose edit passed every quality filter are evidence (tools/counterfactual.py).
+    pc = paired_counts(flips)
+    if not pc.pairs:
+        raise ToolError(f"none of the {len(flips)} edits passed the editor's quality filters "
+                        f"({', '.join(sorted(pc.excluded_by))}): nothing to test")
+    b, c = pc.to_failure, pc.to_correct
     mc = stats.mcnemar_exact(b, c, alternative="greater")
-    k_after = sum(edited_failed)
     test = inv.add_test(Test(id=f"t{len(inv.tests) + 1}", caption=args.caption, purpose=purpose,
-                             p_value=mc.p_value, k1=k_after, n1=len(flips), k0=base.k, n0=base.n,
+                             p_value=mc.p_value, k1=pc.failed_after, n1=pc.pairs, k0=pc.failed_before, n0=pc.pairs,
                              kind="counterfactual"))
-    ratio = stats.rate_ratio(k_after, len(flips), base.k, base.n)
+    ratio = stats.rate_ratio(pc.failed_after, pc.pairs, pc.failed_before, pc.pairs)
     verdict = _verdict(test.adjusted_p, inv.alpha, "stop", ratio)
     test.verdict = verdict
     family = [t for t in inv.tests if t.purpose == purpose]
+    excluded = pc.note()
     return Result(
         test_id=test.id, caption=args.caption, purpose=purpose, mode="counterfactual",
-        baseline=stats.binomial_rate(base.k, base.n), rate_ratio=ratio, p_value=mc.p_value,
+        baseline=stats.binomial_rate(pc.failed_before, pc.pairs), rate_ratio=ratio, p_value=mc.p_value,
         adjusted_p=test.adjusted_p, family_size=len(family), adjust_method=inv.adjust_method,
-        mcnemar=mc, edited=stats.binomial_rate(k_after, len(flips)),
-        flips=[f for f in flips if f.failed_before != f.failed_after][:8], verdict=verdict,
-        notes=[f"{len(flips)} images edited from {inv.class_prompt!r}; after the edit "
-               f"{k_after}/{len(flips)} fail"],
+        mcnemar=mc, edited=stats.binomial_rate(pc.failed_after, pc.pairs),
+        flips=[f for f in flips if f.counted and f.failed_before != f.failed_after][:8], verdict=verdict,
+        notes=[*notes, (f"{len(flips)} images edited from {inv.class_prompt!r}; of the {pc.pairs} counted, "
+                        f"{pc.failed_before} fail before the edit; after the edit {pc.failed_after}/{pc.pairs} fail"),
+               *([excluded] if excluded else [])],
+        budget_charged=inv.budget.used - used,
     )

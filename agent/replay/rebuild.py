@@ -300,7 +300,7 @@ class VerifyResult(BaseModel):
 def verify_run(path: Path, *, backends: Backends | None = None, progress: Progress | None = None,
                strict: bool = False) -> VerifyResult:
     """Check the hash chain, then run every recorded tool call again with its recorded seeds and compare its result
-    with the recording under the tolerance policy of ``agent.verify``."""
+    with the recording under the tolerance policy of ``agent.replay.verify``."""
     t0 = time.perf_counter()
     chain = verify_transcript(path)
     chain_error = None if chain.ok else f"line {chain.first_bad_line}: {chain.reason}"

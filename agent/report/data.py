@@ -70,7 +70,8 @@ class ImageGroup(BaseModel):
 
 
 class Budget(BaseModel):
-    images_used: int = Field(description="Images generated, as the tool results recorded them.")
+    images_used: int = Field(description="Images spent: generated, and editing at its charge, as the tool results "
+                                         "recorded them.")
     images_budget: int | None = None
     images_edited: int = 0
     planner_turns: int = 0

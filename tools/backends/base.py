@@ -124,8 +124,35 @@ class Embedder(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class EditCost:
+    """What an editor's work costs, in images (one generated image = 1), declared by the editor and charged to the
+    investigation's image budget before the work starts.
+
+    The charge depends on the call only (how many images, how many edits), never on what a cache holds: a
+    resumed or re-verified run must spend exactly what the original did.
+    """
+
+    inversion: float = 0.0
+    """Per distinct image a call edits (the Stable Diffusion editor inverts each one first)."""
+    edit: float = 1.0
+    """Per edit (toyworld renders one image)."""
+    max_pairs: int | None = None
+    """Most images a counterfactual measurement edits; None: the measurement's own limit."""
+
+
+def edit_cost(editor: Editor) -> EditCost:
+    """The editor's declared ``cost``; one image per edit when it declares none."""
+    cost = getattr(editor, "cost", None)
+    return cost if isinstance(cost, EditCost) else EditCost()
+
+
 @runtime_checkable
 class Editor(Protocol):
+    """Edits an image into a counterfactual. May declare ``cost`` (an :class:`EditCost`) and ``cache_outcomes``
+    (True: its outcomes are not bit-reproducible, e.g. a GPU diffusion model, or are costly, so the investigation
+    keeps them by image and captions and a re-run reuses them)."""
+
     id: str
 
     def edit(self, generation: Generation, source_caption: str, target_caption: str) -> EditOutcome:

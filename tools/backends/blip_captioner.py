@@ -69,6 +69,12 @@ class BlipCaptioner:
                 if config.model_type not in classes:
                     raise BackendError(f"{self.model_ref!r} is a {config.model_type} model; the captioner takes "
                                        f"BLIP or BLIP-2 models.")
+                if config.model_type == "blip-2" and not config.use_decoder_only_language_model:
+                    # A T5 decoder reads the prompt in its encoder: the prompt-continuation scoring here is for
+                    # language models that read prompt and caption as one sequence.
+                    raise BackendError(f"{self.model_ref!r} is a BLIP-2 model with an encoder-decoder language model "
+                                       f"({config.text_config.model_type}); the captioner takes BLIP-2 with a "
+                                       f"decoder-only one (OPT), e.g. Salesforce/blip2-opt-2.7b.")
                 model = classes[config.model_type].from_pretrained(self._folder, local_files_only=True,
                                                                    dtype=self.dtype)
                 self._processor = AutoProcessor.from_pretrained(self._folder, local_files_only=True)
@@ -111,18 +117,34 @@ class BlipCaptioner:
                 with torch.random.fork_rng(devices=devices), torch.no_grad():
                     torch.manual_seed(self.seed + i)
                     ids = self._model.generate(**inputs, max_new_tokens=self.max_new_tokens, **run)
-                decoded = self._processor.batch_decode(ids, skip_special_tokens=True)
                 per = run["num_return_sequences"]
-                for j, text in enumerate(decoded):
+                for j, text in enumerate(self._continuations(inputs["input_ids"][0].tolist(), ids, class_prompt)):
                     texts[j // per].append(text)
             for cands in texts:
                 sentences: list[str] = []
                 for text in cands:
-                    # The caption goes on after the class prompt: its sentences are what the model added.
-                    for s in split_sentences(self._target(text, class_prompt)):
+                    for s in split_sentences(text):
                         if s not in sentences:
                             sentences.append(s)
                 out.append(sentences)
+        return out
+
+    def _continuations(self, prompt: list[int], sequences: Any, class_prompt: str) -> list[str]:
+        """What the model wrote after the class prompt, decoded from the generated ids that follow the prompt's.
+
+        Ids, not text: BERT's decoder spaces out punctuation ("three - toed sloth"), so the decoded text of 37
+        of ImageNet's class names (hyphens, apostrophes, brackets) does not start with the prompt as written.
+        """
+        # BLIP's generate() puts its [DEC] where the prompt had [CLS] and drops the trailing [SEP]; BLIP-2 returns
+        # the prompt (image tokens, BOS, text) as given.
+        n = len(prompt) - 1 if self._kind == "blip" else len(prompt)
+        body = prompt[1:n] if self._kind == "blip" else prompt
+        out = []
+        for seq in sequences.tolist():
+            if (seq[1:n] if self._kind == "blip" else seq[:n]) == body:
+                out.append(self._processor.decode(seq[n:], skip_special_tokens=True).strip(" ,"))
+            else:  # a model that does not echo the prompt: its whole output is the continuation
+                out.append(self._target(self._processor.decode(seq, skip_special_tokens=True), class_prompt))
         return out
 
     # -- likelihood ------------------------------------------------------------------------------------------
@@ -135,37 +157,49 @@ class BlipCaptioner:
             return s[len(p):].strip(" ,")
         return s
 
+    def _continuation_length(self, class_prompt: str, target: str) -> int:
+        """How many tokens ``target`` is *after* the class prompt and a space, tokenised in context.
+
+        Byte-level BPE (BLIP-2's OPT) spells a word differently after a space than at the start of a text
+        ("Ġsitting" vs "sit"+"ting"), so the target alone can have another length than in the caption.
+        """
+        tok = self.tokenizer
+        whole = tok(f"{class_prompt} {target}", add_special_tokens=False)["input_ids"]
+        prompt = tok(class_prompt, add_special_tokens=False)["input_ids"]
+        common = 0
+        while common < min(len(whole), len(prompt)) and whole[common] == prompt[common]:
+            common += 1
+        return len(whole) - common
+
     def sentence_loglik(self, images: Sequence[Image], sentence: str, class_prompt: str) -> np.ndarray:
         import torch
 
         self.load()
         pils = to_pil(images)
-        tok = self.tokenizer
         target = self._target(sentence, class_prompt)
-        target_ids = tok(target, add_special_tokens=False)["input_ids"] if target else []
-        if not target_ids:
+        n = self._continuation_length(class_prompt, target) if target else 0
+        if not n:
             return np.zeros(len(pils))
+        full = f"{class_prompt} {target}"
         out = []
         for sl in batches(len(pils), self.batch_size):
             chunk = pils[sl]
             pixels = self._pixels(chunk)
             if self._kind == "blip":
                 # BLIP decodes from [DEC] (bos) and reads the prompt without special tokens, as generate() does.
-                prompt_ids = tok(class_prompt, add_special_tokens=False)["input_ids"]
-                ids = [self._model.config.text_config.bos_token_id, *prompt_ids, *target_ids]
+                ids = [self._model.config.text_config.bos_token_id,
+                       *self.tokenizer(full, add_special_tokens=False)["input_ids"]]
                 input_ids = torch.tensor([ids] * len(chunk), device=self.device)
                 with torch.no_grad():
                     logits = self._model(pixel_values=pixels, input_ids=input_ids).logits
             else:
-                enc = self._processor(images=chunk, text=[f"{class_prompt} {target}"] * len(chunk),
-                                      return_tensors="pt")
+                enc = self._processor(images=chunk, text=[full] * len(chunk), return_tensors="pt")
                 input_ids = enc["input_ids"].to(self.device)
                 with torch.no_grad():
                     logits = self._model(pixel_values=pixels, input_ids=input_ids,
                                          attention_mask=enc["attention_mask"].to(self.device)).logits
                 # Query/image positions, if any, come first: the text's logits are the last ones.
                 logits = logits[:, -input_ids.shape[1]:]
-            n = len(target_ids)
             logp = torch.log_softmax(logits[:, -n - 1:-1].float(), dim=-1)
             tgt = input_ids[:, -n:]
             out.append(logp.gather(-1, tgt[..., None])[..., 0].sum(-1).cpu().numpy())

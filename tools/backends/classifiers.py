@@ -111,11 +111,15 @@ def torchvision_classifier(arch: str, weights: str | None = None, *, device: str
     dt = choose_dtype(dtype, dev)
     what = f"torchvision {arch}"
     if weights is not None and Path(weights).expanduser().is_file():
+        # A state dict of unknown origin goes into the architecture as its builder makes it without weights (as
+        # torchvision.models.get_model(arch, weights=None) would); see docs/real_models.md for official files.
         state = load_state_dict(Path(weights).expanduser(), what=what)
         n = _num_outputs(state)
         meta_weights = enum.DEFAULT
         labels = generic_label_space(n)
         source = f"{weights}@{fingerprint(Path(weights).expanduser())}"
+        model = torchvision.models.get_model(arch, weights=None, num_classes=n)
+        _load_into(model, state, what)
     else:
         try:
             meta_weights = enum[weights] if weights else enum.DEFAULT
@@ -128,12 +132,18 @@ def torchvision_classifier(arch: str, weights: str | None = None, *, device: str
                 f"{what} weights {meta_weights.name} are not in the torch hub cache ({file}). Fetch them on a "
                 f"machine with network: python -c \"import torchvision; torchvision.models.get_model('{arch}', "
                 f"weights='{meta_weights.name}')\", or pass a local state dict: torchvision:{arch}:/path.pt")
-        state = load_state_dict(file, what=what)
-        n = len(meta_weights.meta["categories"])
+        # Read once with weights_only first: a file that holds anything but tensors stops here, before the
+        # builder unpickles the same bytes without that restriction.
+        load_state_dict(file, what=what)
         labels = label_space_from_names(list(meta_weights.meta["categories"]))
         source = meta_weights.name
-    model = torchvision.models.get_model(arch, weights=None, num_classes=n)
-    _load_into(model, state, what)
+        # The builder, given the weights, sets what they were trained with: inception_v3 and googlenet their input
+        # transform (transform_input=True), ViT its image size (SWAG: 384/518), MaxViT its input size. Building
+        # without weights and loading the tensors after would skip that, and silently misread every image.
+        try:
+            model = torchvision.models.get_model(arch, weights=meta_weights)
+        except RuntimeError as e:
+            raise BackendError(f"{what}: {file} does not fit {meta_weights.name}: {str(e).splitlines()[0]}") from None
     model = model.to(dev, dt).eval()
     tf = meta_weights.transforms()
     return TorchClassifier(f"torchvision:{arch}:{source}{dtype_tag(dt)}", labels, model, stack_transform(tf),

@@ -3,7 +3,7 @@
 - render: the hash chain is checked, then every event is shown as the live terminal showed it, with its line number
   (``--step`` waits for Enter before each planner turn);
 - ``--verify``: re-runs every recorded tool call with its recorded seeds on the recorded backends and classes each
-  difference by the tolerance policy of ``agent.verify`` (identical, equivalent, drifted, different), and reports
+  difference by the tolerance policy of ``agent.replay.verify`` (identical, equivalent, drifted, different), and reports
   any break of the hash chain, by line number. Exit 0 when every recorded conclusion holds; ``--strict`` demands
   identical bytes. T may be a folder: every transcript under it is verified;
 - ``--fork N --planner P``: copies lines 1..N (cut back to the start of a planner turn) into a new transcript and

@@ -26,8 +26,9 @@ def inversion_key(image: Image, prompt: str, settings: InversionSettings, model_
     h = hashlib.sha256()
     h.update(repr(a.shape).encode())
     h.update(a.tobytes())
+    # "schedule": inversions made before null-text optimisation followed the official schedule are not reused.
     h.update(json.dumps({"prompt": prompt, "settings": settings.model_dump(), "model": model_id,
-                         "size": list(size)}, sort_keys=True).encode())
+                         "size": list(size), "schedule": "official"}, sort_keys=True).encode())
     return h.hexdigest()
 
 

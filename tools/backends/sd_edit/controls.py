@@ -1,17 +1,23 @@
 """LANCE's quality controls on counterfactual edits (Prabhu et al.), scored with CLIP.
 
 For each candidate edit (one per attention-injection schedule of the sweep), with CLIP features of the
-original image ``I1``, the edit ``I2``, the source caption ``T1`` and the target caption ``T2``:
+reconstruction ``I1`` (the source row of the same prompt-to-prompt run: as LANCE does, the edit is judged against
+what the inversion reproduces, so the inversion's own error is not counted as the edit's), the edit ``I2``, the
+source caption ``T1`` and the target caption ``T2``:
 
 - ``image_image``: cos(I1, I2) >= 0.7 — the edit is still the same picture;
 - ``image_text``: cos(I1, T1) >= 0.2 and cos(I2, T2) >= 0.2 — each caption describes its image;
 - ``directional``: cos(I2 - I1, T2 - T1) >= 0.2 — the image moved the way the caption moved;
-- ``consistent``: the edit is closer to the words put in than to the words taken out;
+- ``consistent``: the edit is closer to the words put in than to the words taken out (to the empty text when
+  the edit only adds words, as LANCE's ``pred_consistency`` compares with an empty "original");
 - ``class_word``: the words the edit replaces are not too close to the class name (CLIP text similarity
   below 0.5), else the edit may change the class itself instead of its context.
 
 The sweep keeps the candidate with the highest directional similarity among those passing every filter
 (the highest overall when none passes), and the outcome reports which filters it passed.
+
+The thresholds are LANCE's, chosen with OpenAI's CLIP ViT-L/14; another CLIP model's similarities sit elsewhere
+(docs/editing.md says how to check them).
 """
 
 from __future__ import annotations
@@ -57,7 +63,8 @@ class EditScores(BaseModel):
     source_text: float
     target_text: float
     directional: float
-    consistency: float | None = Field(None, description="cos(I2, added words) - cos(I2, removed words).")
+    consistency: float | None = Field(None, description="cos(I2, added words) - cos(I2, removed words); the removed "
+                                                         "words of a pure addition are the empty text.")
 
     def passed(self, th: QualityThresholds) -> dict[str, bool]:
         out = {"image_image": self.image_image >= th.image_image,
@@ -73,11 +80,12 @@ def _cos(a: np.ndarray, b: np.ndarray) -> float:
     return 0.0 if na < 1e-12 or nb < 1e-12 else float(a @ b / (na * nb))
 
 
-def score_edits(scorer: Scorer, original: Image, edits: Sequence[Image], source: str, target: str,
+def score_edits(scorer: Scorer, reference: Image, edits: Sequence[Image], source: str, target: str,
                 removed: Sequence[str] = (), added: Sequence[str] = ()) -> list[EditScores]:
-    """CLIP scores of each candidate edit of ``original`` from caption ``source`` to ``target``."""
-    imgs = scorer.encode_images([original, *edits])
-    words = [" ".join(removed), " ".join(added)] if removed and added else []
+    """CLIP scores of each candidate edit from caption ``source`` to ``target``; ``reference`` is the image the
+    edits are compared with (the reconstruction of the original)."""
+    imgs = scorer.encode_images([reference, *edits])
+    words = [" ".join(removed), " ".join(added)] if removed or added else []
     txt = scorer.encode_texts([source, target, *words])
     i1, t1, t2 = imgs[0], txt[0], txt[1]
     out = []

@@ -9,16 +9,17 @@ In the conditional half of the batch, each target row's attention is overridden 
 - re-weighting scales chosen target tokens' maps (LANCE weights the new words x2);
 - self-attention (image -> image), for the first ``self`` fraction of the steps, in layers up to a size;
 - local blending (optional): after each step from ``blend_start`` on, a target row keeps the source latent
-  outside the region the changed words attend to.
+  outside the region the changed words attend to (their maps summed over every step so far).
 
 Attention probabilities are computed explicitly only in calls that edit or record them; others run the
-layer's own (fused) processor. Only the changed words' maps are kept, only in blending steps.
+layer's own (fused) processor. Of the maps, only the changed words' running sum is kept.
 """
 
 from __future__ import annotations
 
 import difflib
 import math
+import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -45,12 +46,21 @@ class TokenAlignment:
     """``same`` (no change), ``replace`` (only same-length word swaps) or ``refine`` (words added or removed)."""
 
 
+_UNIT = re.compile(r"\w+(?:[-'’]\w+)*|[^\w\s]+")
+"""Words (with inner hyphens and apostrophes) and runs of punctuation: "cat." is the word "cat" and ".", as CLIP's
+tokenizer reads it, so a caption that goes on after "cat." still has the class word unchanged."""
+
+
+def _is_punctuation(unit: str) -> bool:
+    return not any(c.isalnum() for c in unit)
+
+
 def _words(tokenizer: Any, prompt: str) -> list[tuple[str, list[int]]]:
-    """(word, its token ids) for each whitespace-separated word, in order."""
-    words = [(w, tokenizer(w, add_special_tokens=False).input_ids) for w in prompt.split()]
+    """(unit, its token ids) for each word or run of punctuation, in order; their ids concatenate to the prompt's."""
+    words = [(w, tokenizer(w, add_special_tokens=False).input_ids) for w in _UNIT.findall(prompt)]
     whole = tokenizer(prompt, add_special_tokens=False).input_ids
     if [t for _, ids in words for t in ids] != whole:
-        # A tokenizer that merges across spaces: align token by token instead.
+        # A tokenizer that merges across these boundaries: align token by token instead (as seq_aligner does).
         return [(tokenizer.decode([t]), [t]) for t in whole]
     return words
 
@@ -94,10 +104,13 @@ def align(tokenizer: Any, source: str, target: str, mode: str = "auto") -> Token
         if tag == "equal":
             continue
         kinds.add("replace" if swap else "refine")
-        out.removed += [w for w, _ in src[i1:i2]]
-        out.added += [w for w, _ in tgt[j1:j2]]
-        out.source_changed += [i for a in range(i1, i2) for i in _span(starts_s, a)]
-        out.target_changed += [j for b in range(j1, j2) for j in _span(starts_t, b)]
+        # Punctuation put in or taken out is no word of the edit: it is not re-weighted, blended or reported.
+        words_s = [a for a in range(i1, i2) if not _is_punctuation(src[a][0])]
+        words_t = [b for b in range(j1, j2) if not _is_punctuation(tgt[b][0])]
+        out.removed += [src[a][0] for a in words_s]
+        out.added += [tgt[b][0] for b in words_t]
+        out.source_changed += [i for a in words_s for i in _span(starts_s, a)]
+        out.target_changed += [j for b in words_t for j in _span(starts_t, b)]
     # End-of-text and padding carry a summary of the prompt: matched position by position after the words.
     end_s, end_t = starts_s[-1], starts_t[-1]
     for k in range(TOKENS - end_t):
@@ -137,7 +150,12 @@ class Injection:
 
 
 class LocalBlend:
-    """Keeps each target row on the source latent outside the changed words' attention region."""
+    """Keeps each target row on the source latent outside the changed words' attention region.
+
+    As prompt-to-prompt's ``AttentionStore``, the words' cross-attention maps are summed over every step from the
+    first, and the mask at each step from ``start`` on comes from that running sum: one step's map alone is noisy
+    and moves from step to step, so a mask from it frees or freezes different pixels at each step.
+    """
 
     def __init__(self, source_tokens: Sequence[int], target_tokens: Sequence[int], *, threshold: float = 0.3,
                  start: int = 0) -> None:
@@ -145,32 +163,39 @@ class LocalBlend:
         self.target_tokens = list(target_tokens)
         self.threshold = threshold
         self.start = start
-        self.maps: dict[int, list[Any]] = {}
+        self.sums: dict[int, Any] = {}
+        """Query length -> ``(rows, q)`` sum of the words' maps over layers of that size and steps so far."""
         self.last_mask: Any = None
 
     def wants(self, step: int) -> bool:
-        return step >= self.start and bool(self.source_tokens or self.target_tokens)
+        """Whether the maps of ``step`` are needed: every step's, from the first, when there are words to blend."""
+        return bool(self.source_tokens or self.target_tokens)
 
     def record(self, cond: Any) -> None:
-        """``cond``: conditional-half cross-attention ``(rows, heads, q, 77)``; keeps the words' maps only."""
+        """``cond``: conditional-half cross-attention ``(rows, heads, q, 77)``; adds the words' maps to the sum."""
         import torch
 
         rows = [cond[0, :, :, self.source_tokens].sum(-1).mean(0)]
         rows += [cond[r, :, :, self.target_tokens].sum(-1).mean(0) for r in range(1, cond.shape[0])]
-        self.maps.setdefault(cond.shape[2], []).append(torch.stack(rows))
+        maps = torch.stack(rows).float()
+        q = cond.shape[2]
+        self.sums[q] = maps if q not in self.sums else self.sums[q] + maps
+
+    def after_step(self, step: int, x: Any) -> Any:
+        """``x`` blended from step ``start`` on (earlier steps: unchanged)."""
+        if step < self.start or not self.sums:
+            return x
+        return self.apply(x)
 
     def apply(self, x: Any) -> Any:
         import torch
         import torch.nn.functional as F
 
-        if not self.maps:
-            return x
         h, w = x.shape[-2:]
         # Hertz et al. blend from the maps at a quarter of the latent side: coarse, so the mask is a region.
-        q = min(self.maps, key=lambda n: (abs(math.log(n / max(h * w / 16, 1))), -n))
+        q = min(self.sums, key=lambda n: (abs(math.log(n / max(h * w / 16, 1))), -n))
         f = math.sqrt(h * w / q)
-        m = torch.stack(self.maps[q]).mean(0).reshape(x.shape[0], 1, round(h / f), round(w / f)).float()
-        self.maps.clear()
+        m = self.sums[q].reshape(x.shape[0], 1, round(h / f), round(w / f))
         m = F.max_pool2d(m, 3, stride=1, padding=1)
         m = F.interpolate(m, size=(h, w), mode="nearest")
         m = m / m.amax(dim=(2, 3), keepdim=True).clamp_min(1e-12)
@@ -184,10 +209,13 @@ class AttentionEdit:
     """Prompt-to-prompt control of a batch ``[source, target_1 .. target_K]``, one schedule per target."""
 
     def __init__(self, alignment: TokenAlignment, injections: Sequence[Injection], steps: int, *,
-                 equalizer: Any = None, self_max_tokens: int | None = None, blend: LocalBlend | None = None) -> None:
+                 equalizer: Any = None, self_max_tokens: int | None = None, blend: LocalBlend | None = None,
+                 guided: bool = True) -> None:
         import torch
 
         self.alignment = alignment
+        self.guided = guided
+        """Whether the batch has an unconditional half before the conditional one (guidance != 1)."""
         self.cross_until = [round(inj.cross * steps) for inj in injections]
         self.self_until = [round(inj.self_ * steps) for inj in injections]
         self.equalizer = torch.ones(TOKENS) if equalizer is None else equalizer
@@ -200,9 +228,7 @@ class AttentionEdit:
         self.step = i
 
     def end_step(self, i: int, x: Any) -> Any:
-        if self.blend is not None and self.blend.wants(i):
-            return self.blend.apply(x)
-        return x
+        return x if self.blend is None else self.blend.after_step(i, x)
 
     def needs(self, is_cross: bool, q: int) -> bool:
         if is_cross:
@@ -212,14 +238,20 @@ class AttentionEdit:
         return ok and any(self.step < s for s in self.self_until)
 
     def edit(self, probs: Any, heads: int, is_cross: bool) -> Any:
-        """``probs``: ``(2 * rows * heads, q, k)`` attention probabilities, unconditional rows first."""
+        """``probs``: ``(halves * rows * heads, q, k)`` attention probabilities, the unconditional rows first when
+        guided (at guidance 1 there is only the conditional half)."""
         import torch
 
-        rows = probs.shape[0] // heads // 2
-        p = probs.reshape(2 * rows, heads, *probs.shape[1:])
-        cond = list(p[rows:].unbind(0))
+        halves = 2 if self.guided else 1
+        rows = probs.shape[0] // heads // halves
+        p = probs.reshape(halves * rows, heads, *probs.shape[1:])
+        uncond, cond = p[:(halves - 1) * rows], list(p[(halves - 1) * rows:].unbind(0))
         src = cond[0]
         if is_cross:
+            if self.blend is not None and self.blend.wants(self.step):
+                # Each row's own maps, before injection (as AttentionStore records them): a swapped-in word's
+                # region is where the target row puts that word, not where the source put the word it replaces.
+                self.blend.record(torch.stack(cond))
             injected = None
             eq = self.equalizer.to(src.device, src.dtype)
             for r, until in enumerate(self.cross_until, start=1):
@@ -228,13 +260,11 @@ class AttentionEdit:
                         injected = src @ self.alignment.mapper.to(src.device, src.dtype)
                     a = self.alignment.alpha.to(src.device, src.dtype)
                     cond[r] = (a * injected + (1 - a) * cond[r]) * eq
-            if self.blend is not None and self.blend.wants(self.step):
-                self.blend.record(torch.stack(cond))
         elif self.self_max_tokens is None or src.shape[1] <= self.self_max_tokens:
             for r, until in enumerate(self.self_until, start=1):
                 if self.step < until:
                     cond[r] = src
-        return torch.cat([p[:rows], torch.stack(cond)]).reshape(probs.shape)
+        return torch.cat([uncond, torch.stack(cond)]).reshape(probs.shape)
 
 
 class P2PAttnProcessor:

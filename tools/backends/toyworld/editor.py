@@ -11,7 +11,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from sleuth.tools.backends.base import BackendError, EditOutcome, Generation
+from sleuth.tools.backends.base import BackendError, EditCost, EditOutcome, Generation
 from sleuth.tools.backends.toyworld.generator import META_KEY, ToyGenerator
 from sleuth.tools.backends.toyworld.parser import ParsedPrompt, Scene, pick, uniforms
 
@@ -23,6 +23,8 @@ class ToyEditor:
         self.generator = generator
         self.world = generator.world
         self.id = f"toyworld-editor:{self.world.name}"
+        self.cost = EditCost(inversion=0.0, edit=1.0)
+        """Reading the scene back is free; an edit renders one image."""
 
     def invert(self, generation: Generation) -> Scene:
         """The scene behind ``generation``; raises if the image is not an untouched toyworld render."""
