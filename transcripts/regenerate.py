@@ -6,14 +6,16 @@
   default world (protocol planner).
 - ``audit-fly-cat/``: ``sleuth audit transcripts/audit-fly-cat.yaml`` (two classes, small budgets).
 
-Only the images a transcript mentions are kept in its artifact store; the others (every stored failure of every
-measurement) re-render from their seeds, so ``sleuth replay --verify`` needs none of them.
+Only the images a transcript mentions are kept in its artifact store, less the examples of screening samples; the
+others (every stored failure of every measurement) re-render from their seeds, so ``sleuth replay --verify`` needs
+none of them.
 `sleuth replay --verify transcripts` must report zero mismatches after any change to the tools or backends; when a
 change is meant to alter results, run this script again.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -28,8 +30,18 @@ REF = re.compile(rb"[0-9a-f]{64}")
 
 
 def prune_artifacts(run_dir: Path) -> tuple[int, int]:
-    """Delete the artifacts no event of the run's transcript mentions; returns (kept, removed)."""
-    mentioned = set(REF.findall((run_dir / "transcript.jsonl").read_bytes()))
+    """Delete the artifacts no event of the run's transcript mentions, and the example images of screening samples
+    (every generate_and_classify result after the first, the baseline): they re-render from their seeds and would
+    make the example hundreds of images larger. Returns (kept, removed)."""
+    mentioned: set[bytes] = set()
+    samples = 0
+    for line in (run_dir / "transcript.jsonl").read_bytes().splitlines():
+        event = json.loads(line)
+        if event["kind"] == "tool_returned" and event.get("name") == "generate_and_classify":
+            samples += 1
+            if samples > 1:
+                continue
+        mentioned |= set(REF.findall(line))
     kept = removed = 0
     for f in sorted((run_dir / "artifacts").rglob("*")):
         if f.is_file():
