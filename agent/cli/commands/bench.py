@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from pathlib import Path
 
@@ -29,15 +30,27 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from sleuth.agent.planners import PLANNERS as REGISTRY
 
     d = sub.add_parser(
-        "discovery", help="Investigate every class of a world with each planner; score against the oracle.",
-        description="Runs investigations over a toyworld's classes with each planner, repeated over seeds, and "
-                    "scores them against the oracle: recall of planted bugs, share of false findings, images and "
-                    "seconds per bug found. --calibrate instead runs investigations against a null classifier "
-                    "(errors independent of the image) and reports the share of runs that confirm anything. "
+        "discovery", help="Investigate worlds' classes with each planner; score against each world's oracle.",
+        description="Runs investigations over toyworld worlds (--worlds random:20 for random worlds 0..19) with each "
+                    "planner and scores them against each world's oracle: recall of planted bugs with a Wilson "
+                    "interval and by strength band, false findings (a finding is real when the oracle's 95% interval "
+                    "for its rate ratio lies above 1.2), images and seconds per class, images until each bug is first "
+                    "confirmed, and recall against budget. Classes run in parallel processes; results are filed as "
+                    "they finish and reused by a later run with the same --out. --calibrate instead runs "
+                    "investigations against a null classifier (errors independent of the image) and reports the "
+                    "share of runs that confirm anything. "
                     "Planners: " + "; ".join(f"{k}: {REGISTRY[k].help}" for k in PLANNERS) + ".")
-    d.add_argument("--world", help="World config (file or packaged name); default: the embedded world.")
-    d.add_argument("--classes", help="Comma-separated classes (default: all of the world's).")
-    d.add_argument("--planners", default=",".join(PLANNERS), help=f"Comma-separated (default {','.join(PLANNERS)}).")
+    d.add_argument("--worlds", help="Comma list of worlds: random:N (random worlds 0..N-1), packaged names "
+                                    "(default, nobugs) or config files (default: default).")
+    d.add_argument("--world", help="One world (file or packaged name); the same as --worlds WORLD.")
+    d.add_argument("--classes", help="Comma-separated classes, in every world (default: the classes with planted "
+                                     "bugs, plus --bug-free).")
+    d.add_argument("--bug-free", type=int, default=0, metavar="K",
+                   help="Also investigate K classes per world without a planted bug (default 0).")
+    d.add_argument("--planners", default=",".join(PLANNERS),
+                   help=f"Comma-separated (default {','.join(PLANNERS)}); llm:MODEL for a language model.")
+    d.add_argument("--llm", metavar="MODEL", help="Add the llm planner with this litellm model (llm:MODEL).")
+    d.add_argument("--jobs", type=int, default=None, help="Worker processes (default: the number of CPU cores).")
     d.add_argument("--seeds", default="0", help="Comma-separated investigation seeds, or a count like 3 → 0,1,2 "
                                                 "(default 0).")
     d.add_argument("--budget", type=int, default=BUDGET, help=f"Images per investigation (default {BUDGET}).")
@@ -45,7 +58,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     d.add_argument("--oracle-n", type=int, default=10_000, help="Oracle images per judged caption (default 10000).")
     d.add_argument("--calibrate", action="store_true", help="Run the calibration instead (null classifier).")
     d.add_argument("--runs", type=int, default=50, help="Calibration investigations (default 50).")
-    d.add_argument("--out", default=None, help="Folder for transcripts (default runs/bench-<time>).")
+    d.add_argument("--out", default=None, help="Folder for results and transcripts (default runs/bench-<time>); "
+                                               "an existing one is resumed.")
     d.add_argument("--json", action="store_true", help="Print the results as JSON.")
     d.set_defaults(_bench_run=run_discovery)
 
@@ -102,18 +116,31 @@ def _seeds(text: str) -> list[int]:
         raise UsageError(f"--seeds must be a count or comma-separated integers, got {text!r}") from None
 
 
-def run_discovery(args: argparse.Namespace) -> int:
-    from rich.console import Console
-    from rich.table import Table
-
-    from sleuth.agent.bench.discovery import Calibration, DiscoveryBench
-    from sleuth.agent.planners import OFFLINE_PLANNERS as PLANNERS
-    from sleuth.agent.terminal.progress import ProgressBars
+def _planners(args: argparse.Namespace) -> list[str]:
+    from sleuth.agent.planners import PLANNERS as REGISTRY
 
     planners = [p.strip() for p in args.planners.split(",") if p.strip()]
-    bad = [p for p in planners if p not in PLANNERS]
+    if args.llm:
+        planners.append(f"llm:{args.llm}")
+    bad = [p for p in planners if p.split(":", 1)[0] not in REGISTRY or p == "llm"]
     if bad or not planners:
-        raise UsageError(f"unknown planner(s) {', '.join(bad) or '(none)'}; known: {', '.join(PLANNERS)}")
+        raise UsageError(f"unknown planner(s) {', '.join(bad) or '(none)'}; known: "
+                         f"{', '.join(k for k in REGISTRY if k != 'llm')}, llm:MODEL (or --llm MODEL)")
+    if len(set(planners)) != len(planners):
+        raise UsageError(f"--planners names a planner twice: {','.join(planners)}")
+    return planners
+
+
+def run_discovery(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from sleuth.agent.bench.discovery import Calibration
+    from sleuth.agent.bench.multiworld import MultiWorldBench
+    from sleuth.agent.bench.table import discovery_table
+    from sleuth.agent.bench.worlds import parse_worlds
+    from sleuth.agent.terminal.progress import ProgressBars
+
+    planners = _planners(args)
     seeds = _seeds(args.seeds)
     if not seeds or any(not 0 <= s < 65536 for s in seeds):
         raise UsageError("--seeds must name seeds in [0, 65535]")
@@ -121,25 +148,35 @@ def run_discovery(args: argparse.Namespace) -> int:
         raise UsageError(f"--oracle-n must be between 1000 and 200000, got {args.oracle_n}")
     if not 1 <= args.runs <= 10_000:
         raise UsageError(f"--runs must be between 1 and 10000, got {args.runs}")
+    jobs = args.jobs if args.jobs is not None else (os.cpu_count() or 1)
+    if not 1 <= jobs <= 256:
+        raise UsageError(f"--jobs must be between 1 and 256, got {jobs}")
+    if args.bug_free < 0:
+        raise UsageError(f"--bug-free must be a count of classes, got {args.bug_free}")
+    if args.world and args.worlds:
+        raise UsageError("give --worlds or --world, not both")
     root = Path(args.out) if args.out else Path("runs") / f"bench-{time.strftime('%Y%m%d-%H%M%S')}"
     console = Console(stderr=True)
     bars = ProgressBars(console, enabled=console.is_terminal)
     t0 = time.perf_counter()
-    with bars:
-        if args.calibrate:
-            out = Calibration(runs=args.runs, planner=planners[0], world=args.world, budget=args.budget,
-                              baseline_n=args.baseline_n, root=root, progress=bars.update).run()
-        else:
-            classes = [c.strip() for c in args.classes.split(",")] if args.classes else None
-            try:
-                out = DiscoveryBench(world=args.world, classes=classes, planners=planners, seeds=seeds,
-                                     budget=args.budget, baseline_n=args.baseline_n, oracle_n=args.oracle_n,
-                                     root=root, progress=bars.update).run()
-            except ValueError as e:
-                raise UsageError(str(e)) from None
+    if args.calibrate:
+        with bars:
+            out = Calibration(runs=args.runs, planner=planners[0], world=args.world or args.worlds,
+                              budget=args.budget, baseline_n=args.baseline_n, root=root, progress=bars.update).run()
+    else:
+        classes = [c.strip() for c in args.classes.split(",") if c.strip()] if args.classes else None
+        try:
+            worlds = parse_worlds(args.worlds or args.world or "default")
+            bench = MultiWorldBench(worlds=worlds, planners=planners, seeds=seeds, budget=args.budget,
+                                    baseline_n=args.baseline_n, oracle_n=args.oracle_n, bug_free=args.bug_free,
+                                    classes=classes, jobs=jobs, root=root, progress=bars.update)
+            with bars:
+                out = bench.run()
+        except ValueError as e:
+            raise UsageError(str(e)) from None
     out["wall_seconds"] = round(time.perf_counter() - t0, 1)
     out["transcripts"] = str(root)
-    (root / "bench.json").parent.mkdir(parents=True, exist_ok=True)
+    root.mkdir(parents=True, exist_ok=True)
     (root / "bench.json").write_text(json.dumps(out, indent=2) + "\n")
     if args.json:
         print(json.dumps(out, indent=2))
@@ -152,16 +189,6 @@ def run_discovery(args: argparse.Namespace) -> int:
                           f"[{100 * lo:.1f}%, {100 * hi:.1f}%] (target ≤ 5%). {out['images']} images, "
                           f"{out['seconds']:.0f} s.")
     else:
-        table = Table(title=f"Planted-bug discovery: world {out['world']}, {len(out['classes'])} classes, "
-                            f"seeds {','.join(map(str, out['seeds']))}, budget {out['budget']}")
-        for col in ("planner", "recall", "bugs found", "false findings", "images / bug", "seconds / bug"):
-            table.add_column(col, justify="left" if col == "planner" else "right")
-        for name, r in out["planners"].items():
-            rec = (f"{100 * r['recall']:.0f}% [{100 * r['recall_ci'][0]:.0f}–{100 * r['recall_ci'][1]:.0f}%]"
-                   if r["recall"] is not None else "n/a")
-            fal = f"{r['false_confirmed']}/{r['confirmed_findings']}"
-            table.add_row(name, rec, f"{r['bugs_found']}/{r['bugs_planted']}", fal,
-                          str(r["images_per_bug"] or "–"), str(r["seconds_per_bug"] or "–"))
-        out_console.print(table)
+        out_console.print(discovery_table(out))
     out_console.print(f"Transcripts and bench.json in {root}")
     return 0

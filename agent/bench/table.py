@@ -1,0 +1,58 @@
+"""The discovery benchmark's results as rich tables (the command line's readable output)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Group
+from rich.table import Table
+
+
+def _rate(r: dict[str, Any] | None) -> str:
+    if not r or r.get("rate") is None:
+        return "–"
+    lo, hi = r["ci"]
+    return f"{r['k']}/{r['n']} = {100 * r['rate']:.0f}% [{100 * lo:.0f}–{100 * hi:.0f}]"
+
+
+def _q(q: dict[str, Any], scale: float = 1.0, unit: str = "") -> str:
+    if q.get("median") is None:
+        return "–"
+    return f"{q['median'] / scale:,.1f}{unit} ({q['p90'] / scale:,.1f}{unit})"
+
+
+def discovery_table(out: dict[str, Any]) -> Group:
+    worlds = out["worlds"]
+    planted = sum(len(w["classes"]) - len(w["bug_free_classes"]) for w in worlds)
+    free = sum(len(w["bug_free_classes"]) for w in worlds)
+    title = (f"Planted-bug discovery: {len(worlds)} world(s), {planted} classes with planted bugs"
+             f"{f', {free} without' if free else ''}, seeds {','.join(map(str, out['seeds']))}, "
+             f"budget {out['budget']:,} images per class")
+    main = Table(title=title)
+    for col in ("planner", "recall [95% CI]", "false findings", "false on bug-free classes",
+                "images / class: median (p90)", "s / class", "images until confirmed"):
+        main.add_column(col, justify="left" if col == "planner" else "right")
+    for name, r in out["planners"].items():
+        free_r = r["bug_free_classes"]
+        main.add_row(name, _rate(r["recall"]), f"{r['false_confirmed']}/{r['confirmed_findings']}",
+                     f"{free_r['false']}/{free_r['confirmed']} in {free_r['runs']} runs" if free_r["runs"] else "–",
+                     _q(r["images_per_class"], 1000, "k"), _q(r["seconds_per_class"]),
+                     _q(r["images_until_confirmed"], 1000, "k"))
+    bands = [b for b in _bands(out) if any(b in r["recall_by_strength"] for r in out["planners"].values())]
+    budgets = [c["budget"] for c in next(iter(out["planners"].values()))["recall_vs_budget"]] if out["planners"] else []
+    detail = Table(title="Recall by strength (oracle ratio) and by images used")
+    detail.add_column("planner")
+    for b in bands:
+        detail.add_column(b, justify="right")
+    for b in budgets:
+        detail.add_column(f"≤{b // 1000}k images", justify="right")
+    for name, r in out["planners"].items():
+        curve = [_rate(c) if c["measured"] else "n/a" for c in r["recall_vs_budget"]]
+        detail.add_row(name, *(_rate(r["recall_by_strength"].get(b)) for b in bands), *curve)
+    return Group(main, detail)
+
+
+def _bands(out: dict[str, Any]) -> list[str]:
+    from sleuth.agent.bench.metrics import band_order
+
+    return band_order(out.get("strength_bands") or (2.0, 5.0, 10.0, 20.0))
