@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from sleuth.agent.bench.metrics import (
@@ -171,3 +172,48 @@ def test_bench_classes_are_the_planted_ones_plus_bug_free_ones():
     assert bench_classes(w, classes=[some, free[0]]) == [(some, False), (free[0], True)]
     with pytest.raises(ValueError, match="has no class 'unicorn'"):
         bench_classes(w, classes=["unicorn"])
+
+
+# -- the oracle's staged verdict --------------------------------------------------------------------------------------
+
+
+class PairedOracle:
+    """Logits whose failures depend on the caption's rate and the seed only (paired seeds, as the real oracle)."""
+
+    def __init__(self, rates: dict[str, float]) -> None:
+        from sleuth.tools.backends.toyworld.config import load_world
+
+        self.labels = load_world().labels
+        self.rates = rates
+        self.calls: list[tuple[str, int]] = []
+
+    def predictions(self, caption: str, n: int, seed: int = 0) -> np.ndarray:
+        self.calls.append((caption, n))
+        u = ((np.arange(seed, seed + n, dtype=np.uint64) * np.uint64(2654435761)) % np.uint64(2**32)) / 2.0**32
+        logits = np.zeros((n, len(self.labels.labels)), np.float32)
+        truth, other = self.labels.index("cat"), self.labels.index("dog")
+        logits[:, truth] = 1.0
+        logits[u < self.rates.get(caption, self.rates["base"]), other] = 2.0
+        return logits
+
+
+def test_the_oracle_judge_decides_early_only_when_the_first_look_is_clear():
+    from sleuth.agent.bench.judge import OracleJudge
+    from sleuth.tools.backends.toyworld import CLASS_PROMPT
+
+    oracle = PairedOracle({"base": 0.05, CLASS_PROMPT.format(label="cat"): 0.05, "strong": 0.25, "same": 0.05,
+                           "slight": 0.058})
+    judge = OracleJudge(oracle, n=10_000)  # type: ignore[arg-type]
+    strong = judge.judge("cat", "strong")
+    assert strong["stage"] == "first" and strong["n"] == 2000 and strong["real"]
+    assert strong["ratio"] == pytest.approx(5.0, rel=0.15) and strong["confidence"] == 0.99
+    same = judge.judge("cat", "same")
+    assert same["stage"] == "full" and same["n"] == 10_000 and not same["real"]
+    assert same["ratio"] == pytest.approx(1.0, abs=TOL) and same["ratio_ci"][0] < 1.0 < same["ratio_ci"][1]
+    # Significant (p < 0.05) but its interval reaches below 1.2: not real by the stricter rule.
+    slight = judge.judge("cat", "slight")
+    assert slight["p_value"] < 0.05 and slight["ratio_ci"][0] < 1.2 and not slight["real"]
+    full = judge.judge("cat", "strong", full=True)
+    assert full["stage"] == "full" and full["n"] == 10_000 and full["real"]
+    calls = len(oracle.calls)
+    assert judge.judge("cat", "  Strong ") == strong and len(oracle.calls) == calls  # cached

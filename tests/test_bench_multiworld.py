@@ -137,6 +137,7 @@ def test_bench_command_prints_the_table_and_json(fakes, capsys, tmp_path):
     (["--planners", "llm"], "unknown planner(s) llm"),
     (["--jobs", "0"], "--jobs must be between 1 and 256"),
     (["--world", "default", "--worlds", "random:1"], "not both"),
+    (["--calibrate", "--worlds", "random:2"], "--calibrate runs on one world"),
 ])
 def test_bench_command_refuses_bad_input_in_one_line(capsys, argv, words, tmp_path):
     assert main(["bench", "discovery", *argv, "--out", str(tmp_path)]) != 0

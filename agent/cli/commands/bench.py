@@ -155,13 +155,15 @@ def run_discovery(args: argparse.Namespace) -> int:
         raise UsageError(f"--bug-free must be a count of classes, got {args.bug_free}")
     if args.world and args.worlds:
         raise UsageError("give --worlds or --world, not both")
+    if args.calibrate and args.worlds:
+        raise UsageError("--calibrate runs on one world: use --world")
     root = Path(args.out) if args.out else Path("runs") / f"bench-{time.strftime('%Y%m%d-%H%M%S')}"
     console = Console(stderr=True)
     bars = ProgressBars(console, enabled=console.is_terminal)
     t0 = time.perf_counter()
     if args.calibrate:
         with bars:
-            out = Calibration(runs=args.runs, planner=planners[0], world=args.world or args.worlds,
+            out = Calibration(runs=args.runs, planner=planners[0], world=args.world,
                               budget=args.budget, baseline_n=args.baseline_n, root=root, progress=bars.update).run()
     else:
         classes = [c.strip() for c in args.classes.split(",") if c.strip()] if args.classes else None
