@@ -27,7 +27,6 @@ from sleuth.tools import (
     perturb_caption,
     record_finding,
 )
-
 from sleuth.tools.backends.toyworld import load_world
 from sleuth.tools.backends.toyworld.config import World
 from sleuth.tools.backends.toyworld.synonyms import SYNONYMS

@@ -220,7 +220,7 @@ class EmbedderView:
 
 
 class EditorView:
-    """An editor as tools hold it: id, edit, and what it declares of itself (its cost, whether its outcomes are kept)."""
+    """An editor as tools hold it: id, edit, and what it declares (its cost, whether its outcomes are kept)."""
 
     __slots__ = ("cache_outcomes", "cost", "edit", "id")
 
