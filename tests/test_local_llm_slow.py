@@ -20,7 +20,7 @@ from local_llm import RunningLLM, local_llm_fixture  # noqa: F401  (the fixture 
 from sleuth.agent.events import ToolCall
 from sleuth.agent.llm import LLMClient, LLMConfig
 from sleuth.agent.llm.context import build_messages
-from sleuth.agent.llm.tokens import estimate_prompt_tokens, tool_schema_tokens
+from sleuth.agent.llm.tokens import estimate_prompt_tokens, text_tokens, tool_schema_tokens
 from sleuth.agent.llm.toolcalls import extract_tool_calls
 from sleuth.agent.loop import Turn
 from sleuth.agent.planners.llm import INVESTIGATE_TASK, system_prompt
@@ -92,9 +92,12 @@ def test_prompt_token_estimates_track_the_servers_count(local_llm: RunningLLM, t
     tools = registry().schemas()
     schema_only = served_prompt_tokens(local_llm, [{"role": "user", "content": "hi"}], tools) - \
         served_prompt_tokens(local_llm, [{"role": "user", "content": "hi"}], [])
-    assert 0.95 <= tool_schema_tokens(tools) / schema_only <= 1.15, (tool_schema_tokens(tools), schema_only)
+    assert 1.0 <= tool_schema_tokens(tools) / schema_only <= 1.1, (tool_schema_tokens(tools), schema_only)
     for messages in [first_request()[0], *investigation_requests(tmp_path)]:
         measured = served_prompt_tokens(local_llm, messages, tools)
         estimate = estimate_prompt_tokens(messages, tools)
         # Never short of the real count (it budgets a context window), and not wasteful either.
-        assert 1.0 <= estimate / measured <= 1.15, (estimate, measured)
+        assert 1.0 <= estimate / measured <= 1.1, (estimate, measured)
+    # Prose with rare words and names (this repository's README) is not undercounted by much either.
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    assert 0.93 <= text_tokens(readme) / local_llm.count_tokens(readme) <= 1.1

@@ -28,16 +28,16 @@ def test_text_is_split_as_bpe_pre_tokenizers_split_it():
 
 
 @pytest.mark.parametrize("name", sorted(DATA["texts"]))
-def test_text_estimates_are_within_5_percent(name):
+def test_text_estimates_are_at_most_8_percent_high_and_never_low(name):
     item = DATA["texts"][name]
-    assert abs(text_tokens(item["text"]) / item["measured"] - 1) <= 0.05, (text_tokens(item["text"]), item["measured"])
+    assert 1.0 <= text_tokens(item["text"]) / item["measured"] <= 1.08, (text_tokens(item["text"]), item["measured"])
 
 
 def test_tool_schemas_are_counted():
     tools = DATA["tools"]
     measured = DATA["tools_measured"]  # what the tool list adds to the prompt, by the server's count
     assert measured > 1400
-    assert 1.0 <= tool_schema_tokens(tools) / measured <= 1.06
+    assert 1.0 <= tool_schema_tokens(tools) / measured <= 1.08
     messages = DATA["requests"][0]["messages"]
     assert estimate_prompt_tokens(messages, tools) - estimate_prompt_tokens(messages) >= measured
 

@@ -206,3 +206,18 @@ def test_doubled_braces_copied_from_the_chat_templates_example():
     reply = '<tool_call>\n{{"name": "caption_failures", "arguments": {"measurement_id": "m1"}}}\n</tool_call>'
     out = extract_tool_calls(reply, TOOLS)
     assert [(c.name, args(c)) for c in out.calls] == [("caption_failures", {"measurement_id": "m1"})]
+
+
+def test_the_real_models_words_only_second_turn_is_neither_call_nor_result():
+    # After a real baseline result, sent back in the template's own <tool_response> format: a conclusion in words,
+    # with no call (the planner must treat it as a malformed turn and ask for a call).
+    reply = 'I find that the classifier fails on the class "fox" when the prompt is "a realistic photograph of a fox".'
+    out = extract_tool_calls(reply, TOOLS)
+    assert out.calls == [] and out.unknown == [] and out.text == reply and out.stripped == []
+
+
+def test_the_real_models_reply_under_tool_choice_required():
+    # tool_choice="required" did not make it write <tool_call>: the grammar only kept it from stopping, so it wrote
+    # its fenced call and then newlines until max_tokens (finish_reason "length").
+    out = extract_tool_calls(QWEN_FIRST_TURN + "\n" * 60, TOOLS)
+    assert [c.name for c in out.calls] == ["generate_and_classify"] and out.text == ""
