@@ -221,3 +221,14 @@ def test_the_real_models_reply_under_tool_choice_required():
     # its fenced call and then newlines until max_tokens (finish_reason "length").
     out = extract_tool_calls(QWEN_FIRST_TURN + "\n" * 60, TOOLS)
     assert [c.name for c in out.calls] == ["generate_and_classify"] and out.text == ""
+
+
+def test_the_real_models_reply_under_a_json_schema_grammar():
+    # response_format json_schema {"call": oneOf(tools), "reasoning": string}, no tools parameter: a valid call.
+    reply = ('{\n  "call": {\n    "name": "generate_and_classify",\n    "arguments": {\n      "prompt": "a realistic '
+             'photograph of a fox in the snow",\n      "n": 100,\n      "target_label": "fox"\n    }\n  },\n  '
+             '"reasoning": "To find the conditions under which the classifier fails on the class \'fox\', we generate '
+             '100 images from the prompt \'a realistic photograph of a fox in the snow\'"\n}')
+    out = extract_tool_calls(reply, TOOLS)
+    assert [(c.name, c.source) for c in out.calls] == [("generate_and_classify", "bare")]
+    assert args(out.calls[0])["prompt"] == "a realistic photograph of a fox in the snow"

@@ -2,7 +2,7 @@
 
 Four characters a token undercounts sleuth's prompts badly: JSON results are dense in punctuation, digits (several
 tokenizers, Qwen's among them, give every digit its own token) and hex image refs, and the tool schemas, which the chat
-template writes into the prompt, are about 1,600 tokens before any message. So text is counted the way BPE tokenizers
+template writes into the prompt, are about 1,500 tokens before any message. So text is counted the way BPE tokenizers
 split it before merging (words, single digits, runs of punctuation, whitespace), each piece priced by its length, plus
 what the chat template adds around every message, tool call and the tool list. The prices were fitted to the token
 counts of Qwen2.5's tokenizer as served by llama.cpp for real sleuth requests (docs/llm.md has the calibration);

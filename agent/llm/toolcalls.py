@@ -134,9 +134,10 @@ def _as_call(obj: Any, tools: Collection[str], source: Source) -> tuple[TextCall
     """(the call ``obj`` describes, whether it also carries a made-up result); (None, False) if it is no call."""
     if not isinstance(obj, dict):
         return None, False
-    if isinstance(obj.get("function"), dict):  # OpenAI's {"type": "function", "function": {...}}
-        inner, _ = _as_call(obj["function"], tools, source)
-        return inner, any(k in RESULT_KEYS for k in obj)
+    for wrapper in ("function", "call", "tool_call"):  # OpenAI's {"type": "function", "function": {...}}, or
+        if isinstance(obj.get(wrapper), dict):       # {"call": {...}, "reasoning": ...} from a JSON-schema reply
+            inner, _ = _as_call(obj[wrapper], tools, source)
+            return inner, any(k in RESULT_KEYS for k in obj)
     name = next((obj[k] for k in NAME_KEYS if isinstance(obj.get(k), str)), None)
     if name is None:
         return None, False
