@@ -232,3 +232,9 @@ def test_the_real_models_reply_under_a_json_schema_grammar():
     out = extract_tool_calls(reply, TOOLS)
     assert [(c.name, c.source) for c in out.calls] == [("generate_and_classify", "bare")]
     assert args(out.calls[0])["prompt"] == "a realistic photograph of a fox in the snow"
+
+
+def test_the_real_models_call_on_a_minimal_one_tool_request():
+    reply = '```json\n{\n  "name": "get_time",\n  "arguments": {\n    "city": "Paris"\n  }\n}\n```'
+    out = extract_tool_calls(reply, {"get_time"})
+    assert [(c.name, args(c)) for c in out.calls] == [("get_time", {"city": "Paris"})]
