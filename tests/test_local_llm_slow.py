@@ -17,12 +17,11 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 from local_llm import RunningLLM, local_llm_fixture  # noqa: F401  (the fixture named local_llm)
 
-from sleuth.agent.events import ToolCall
+from sleuth.agent.events import ToolCall, Turn
 from sleuth.agent.llm import LLMClient, LLMConfig
 from sleuth.agent.llm.context import build_messages
 from sleuth.agent.llm.tokens import estimate_prompt_tokens, text_tokens, tool_schema_tokens
 from sleuth.agent.llm.toolcalls import extract_tool_calls
-from sleuth.agent.loop import Turn
 from sleuth.agent.planners.llm import INVESTIGATE_TASK, system_prompt
 from sleuth.agent.planners.scripted import ScriptedPlanner
 from sleuth.agent.session import Session, registry
