@@ -16,6 +16,7 @@ from sleuth.agent.audit.config import load_config, parse_config
 from sleuth.agent.audit.summary import findings_table
 from sleuth.agent.cli import UsageError, main
 from sleuth.agent.transcript import read_transcript, verify_transcript
+from sleuth.tools import stats
 from tests.compare import assert_equivalent_runs
 from tests.fakeworld import fake_backends
 
@@ -48,6 +49,13 @@ def test_audit_runs_each_class_under_the_budgets_and_ranks_findings(tmp_path):
     # Confirmed findings by effect size, then the supported but unconfirmed hypotheses; every row carries k/n,
     # intervals, the ratio and adjusted p, in the same shape as `investigate --json`.
     assert out["findings"] and all(f["confirmed"] for f in out["findings"])
+    # Control across classes: Benjamini-Hochberg over the findings' within-class adjusted p-values.
+    qs = stats.adjust_pvalues([f["confirmation"]["adjusted_p"] for f in out["findings"]], method="bh")
+    assert [f["audit_q"] for f in out["findings"]] == pytest.approx(list(qs))
+    assert all(f["audit_significant"] == (f["audit_q"] <= 0.05) for f in out["findings"])
+    assert out["audit_control"].startswith("Benjamini-Hochberg over the")
+    lows = [f["confirmation"]["rate_ratio_ci"][0] or 0.0 for f in out["findings"]]
+    assert lows == sorted(lows, reverse=True)  # ranked by the confirmation's lower bound
     top = out["findings"][0]
     assert top["caption"] == "a realistic photograph of a cat. it is in the snow."
     d = top["discovery"]

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sleuth.agent.session import registry
+from sleuth.tools import investigation_tools
 from sleuth.tools.artifacts import ArtifactStore
 from sleuth.tools.backends.base import EditCost, EditOutcome, Generation
 from sleuth.tools.cache import PredictionCache
@@ -90,7 +90,7 @@ def context(editor: object, budget: int = 50_000, cache: PredictionCache | None 
 
 
 def call(ctx: ToolContext, name: str, **args: object) -> object:
-    return registry().call(name, args, ctx)
+    return investigation_tools().call(name, args, ctx)
 
 
 def test_edits_that_fail_a_quality_filter_are_not_counted() -> None:

@@ -19,11 +19,12 @@ import numpy as np
 import pytest
 import yaml
 
-from sleuth.agent.bench.discovery import make_planner
+from sleuth.agent.config import PlannerConfig
 from sleuth.agent.llm.client import LLMClient, LLMConfig
+from sleuth.agent.planners import PlanFor, build_planner
 from sleuth.agent.planners.llm import LLMPlanner
-from sleuth.agent.session import Session, registry
-from sleuth.tools import perturb_caption
+from sleuth.agent.session import Session
+from sleuth.tools import investigation_tools, perturb_caption
 from sleuth.tools.backends.toyworld import (
     Oracle,
     captioner,
@@ -40,6 +41,7 @@ from sleuth.tools.backends.toyworld import (
 from sleuth.tools.backends.toyworld.oracle import PlantedBug
 from sleuth.tools.cache import PredictionCache
 from sleuth.tools.vocabulary import general_vocabulary
+from tests.fakeworld import new_session
 
 CAT = "a realistic photograph of a cat"
 FORBIDDEN = (config.World, config.Vocabularies, config.Value, config.ClassSpec, config.Bug, config.Decoy,
@@ -110,9 +112,8 @@ def world() -> config.World:
 def session(world: config.World, tmp_path_factory: pytest.TempPathFactory) -> Session:
     """A toyworld session after every tool has run once (so its caches and stores hold state)."""
     backends = load_backends(world)
-    s = Session(backends=backends, label="cat", run_dir=tmp_path_factory.mktemp("run"), config={}, budget=5000,
-                cache=PredictionCache())
-    reg = registry()
+    s = new_session(backends, tmp_path_factory.mktemp("run"), cache=PredictionCache(), budget=5000)
+    reg = investigation_tools()
     base = reg.call("generate_and_classify", {"prompt": CAT, "n": 200}, s.ctx)
     reg.call("caption_failures", {"measurement_id": base.measurement_id}, s.ctx)
     reg.call("perturb_caption", {"caption": CAT, "n": 3}, s.ctx)
@@ -142,11 +143,13 @@ def test_no_world_reachable_from_a_tool_context_or_a_session(session: Session, w
 def test_no_world_reachable_from_any_planner(session: Session, world: config.World) -> None:
     prompt = session.backends.prompt_for("cat")
     for name in ("protocol", "wiles", "random"):
-        planner = make_planner(name, "cat", prompt, budget=5000, seed=0)
+        labels = session.backends.classifier.labels.labels
+        planner = build_planner(PlannerConfig(name=name), PlanFor(label="cat", class_prompt=prompt, labels=labels,
+                                                                  budget=5000))
         planner.next_turn([])  # started: its script and state exist
         assert_isolated(planner, name, world)
     client = LLMClient(LLMConfig(model="openai/stub", api_base="http://127.0.0.1:9"))
-    llm = LLMPlanner(client, registry(), label="cat", class_prompt=prompt,
+    llm = LLMPlanner(client, investigation_tools(), label="cat", class_prompt=prompt,
                      labels=session.backends.classifier.labels.labels, budget=5000)
     assert_isolated(llm, "llm", world)
 
@@ -166,9 +169,8 @@ def test_the_perturbation_vocabulary_is_one_object_whatever_the_world(tmp_path: 
     edits = []
     for w in (None, "nobugs", str(other)):
         backends = load_backends(w)
-        s = Session(backends=backends, label="cat", run_dir=tmp_path / str(len(edits)), config={}, budget=100,
-                    cache=PredictionCache())
-        r = registry().call("perturb_caption", {"caption": CAT, "n": 100, "rendered_only": False}, s.ctx)
+        s = new_session(backends, tmp_path / str(len(edits)), cache=PredictionCache(), budget=100)
+        r = investigation_tools().call("perturb_caption", {"caption": CAT, "n": 100, "rendered_only": False}, s.ctx)
         edits.append([(e.type, e.caption) for e in r.edits])
     assert len(used) == 3 and all(v is general_vocabulary() for v in used)
     assert edits[0] == edits[1] == edits[2] and len(edits[0]) > 150

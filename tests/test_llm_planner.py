@@ -124,7 +124,7 @@ def test_malformed_arguments_are_fed_back_and_the_model_recovers(tmp_path):
         tool_reply(tool_call("generate_and_classify", {"prompt": CLASS_PROMPT, "n": 50}, "good")),
         text_reply("Done for now.") ,
         text_reply("Still done."),
-        text_reply("The baseline is measured."),
+        tool_reply(tool_call("finish", {"summary": "The baseline is measured."}, "f")),
     ]
     sess = session(tmp_path)
     with StubServer(script) as stub:
@@ -136,9 +136,8 @@ def test_malformed_arguments_are_fed_back_and_the_model_recovers(tmp_path):
     called = [e for e in events if isinstance(e, ToolCalled)]
     assert isinstance(called[0].arguments, str) and called[1].arguments == {"prompt": CLASS_PROMPT, "n": 50}
     returned = [e for e in events if isinstance(e, ToolReturned)]
-    assert [r.ok for r in returned] == [False, True]
-    # Words without a tool call in an investigation: kept as reasoning, the model is asked to go on; the third in a
-    # row is taken as its answer.
+    assert [r.ok for r in returned] == [False, True, True] and returned[-1].name == "finish"
+    # Words without a tool call in an investigation: kept as reasoning, and the model is asked to go on.
     assert "Continue the investigation" in stub.requests[3].body["messages"][-1]["content"]
     assert result.status == "completed" and result.answer == "The baseline is measured."
 
@@ -369,8 +368,38 @@ def test_a_request_too_long_for_the_model_is_rebuilt_smaller(tmp_path):
     too_long = HttpError(400, "This model's maximum context length is 8192 tokens. However, your messages resulted "
                               "in 30000 tokens. Please reduce the length of the messages.")
     with StubServer([too_long, text_reply("fine")]) as stub:
-        p = planner(stub, sess, context=ContextConfig(max_tokens=24_000), max_text_turns=1)
+        p = planner(stub, sess, context=ContextConfig(max_tokens=24_000), max_text_turns=2)
         turn = p.next_turn(long_run)
-    assert turn.final == "fine" and len(stub.requests) == 2
+    assert turn.reasoning == "fine" and not turn.tool_calls and len(stub.requests) == 2
     sizes = [len(json.dumps(r.body["messages"])) for r in stub.requests]
     assert sizes[1] < sizes[0] / 1.5
+
+
+def test_calls_written_in_text_run_and_invented_results_are_dropped(tmp_path):
+    sess = session(tmp_path)
+    fenced = ("I measure the baseline first.\n```json\n"
+              + json.dumps({"name": "generate_and_classify", "arguments": {"prompt": CLASS_PROMPT, "n": 50}})
+              + "\n```\nResult: {\"test_id\": \"t1\", \"verdict\": \"supported\"} so the cat fails in the dark.")
+    call = json.dumps({"name": "finish", "arguments": {"summary": "nothing recorded"}})
+    finish = f"<tool_call>\n{call}\n</tool_call>"
+    with StubServer([text_reply(fenced), text_reply(finish)]) as stub:
+        result = sess.run(planner(stub, sess))
+    assert result.status == "completed"
+    events = read_transcript(sess.transcript)
+    called = [e for e in events if isinstance(e, ToolCalled)]
+    assert [e.name for e in called] == ["generate_and_classify", "finish"]
+    assert next(e for e in events if isinstance(e, ToolReturned)).ok
+    turn = next(e for e in events if isinstance(e, PlannerTurn))
+    # The words before the call stay as reasoning; the invented result and what follows it are gone.
+    assert turn.reasoning.startswith("I measure the baseline first.") and "verdict" not in turn.reasoning
+    assert "imitated a tool result" in turn.reasoning and "in the dark" not in turn.reasoning
+
+
+def test_a_model_that_only_talks_ends_the_run_as_an_error_not_completed(tmp_path):
+    sess = session(tmp_path)
+    with StubServer([text_reply("I think cats fail at night."), text_reply("Yes, at night."),
+                     text_reply("Certainly at night.")]) as stub:
+        result = sess.run(planner(stub, sess, max_text_turns=3))
+    assert result.status == "error"
+    finished = read_transcript(sess.transcript)[-1]
+    assert finished.kind == "run_finished" and finished.status == "error" and finished.n_findings == 0

@@ -17,12 +17,23 @@ from pathlib import Path
 
 import pytest
 
-from sleuth.agent.session import TOOL_MODULES, registry
+from sleuth.tools import (
+    caption_failures,
+    edit_image,
+    finish,
+    generate_and_classify,
+    investigation_tools,
+    measure_rate,
+    perturb_caption,
+    record_finding,
+)
 from sleuth.tools.backends.toyworld import load_world
 from sleuth.tools.backends.toyworld.config import World
 from sleuth.tools.backends.toyworld.synonyms import SYNONYMS
 
 ROOT = Path(__file__).resolve().parent.parent
+TOOL_MODULES = (generate_and_classify, caption_failures, perturb_caption, edit_image, measure_rate, record_finding,
+                finish)
 Phrase = tuple[str, ...]
 
 
@@ -84,7 +95,7 @@ def planner_visible_texts() -> dict[str, str]:
     for f in prompts.iterdir():
         if f.name.endswith((".md", ".json")):
             texts[f"prompts/{f.name}"] = f.read_text()
-    texts["tool schemas"] = json.dumps(registry().schemas())
+    texts["tool schemas"] = json.dumps(investigation_tools().schemas())
     for m in TOOL_MODULES:
         texts[f"{m.__name__} docstring"] = m.__doc__ or ""
         texts[f"{m.__name__} result schema"] = json.dumps(m.Result.model_json_schema())

@@ -124,7 +124,7 @@ def test_record_finding_enforces_confirmation(ctx):
         call(ctx, "record_finding", caption=SNOW, discovery_test=d.test_id, confirmation_test=d.test_id)
     g = call(ctx, "measure_rate", caption=GRASS, max_n=200)
     gc = call(ctx, "measure_rate", caption=GRASS, confirm=True, max_n=200)
-    with pytest.raises(ToolError, match="adjusted p"):
+    with pytest.raises(ToolError, match="shows no increase"):  # grass lowers the failure rate
         call(ctx, "record_finding", caption=GRASS, discovery_test=g.test_id, confirmation_test=gc.test_id)
     c = call(ctx, "measure_rate", caption=SNOW, confirm=True)
     f = call(ctx, "record_finding", caption=SNOW, discovery_test=d.test_id, confirmation_test=c.test_id)
@@ -236,12 +236,13 @@ def test_predictions_are_cached_by_backend_prompt_and_seed(tmp_path):
 
 def test_measure_rate_makes_its_last_affordable_look_final(tmp_path):
     # Baseline 1000 + first look 100 leave 90 images: the 200-image look is unaffordable, so look 1 is final
-    # and its decision uses the rest of the alpha; the overall p-value stays the plan's union bound.
+    # and its decision uses the rest of the alpha; so does the overall p-value (the union bound over the thresholds
+    # the looks were tested at: here all of alpha at look 1).
     inv = Investigation(backends=fake_backends(), label="cat", budget=Budget(images=1190))
     c = ToolContext(investigation=inv)
     r = call(c, "measure_rate", caption=GRASS, max_n=800, first_n=100)
     assert r.looks == [100] and r.stopped == "budget"
     plan = stats.default_plan(800, first=100, alpha=inv.alpha)
     p1 = stats.fisher_p_greater(r.hypothesis.failures.k, 100, r.baseline.k, r.baseline.n)
-    assert r.p_value == pytest.approx(min(1.0, p1 * inv.alpha / plan.thresholds()[0]))
+    assert plan.final_threshold(0) == pytest.approx(inv.alpha) and r.p_value == pytest.approx(p1)
     assert inv.budget.used == 1100

@@ -16,7 +16,7 @@ from sleuth.tools.artifacts import ArtifactStore
 from sleuth.tools.backends.base import Backends, Generation, LabelSpace
 from sleuth.tools.backends.criteria import failed as failed_by_criterion
 from sleuth.tools.cache import Prediction, PredictionCache
-from sleuth.tools.defaults import ALPHA, BUDGET
+from sleuth.tools.defaults import ALPHA, BUDGET, MAX_CONFIRMATIONS
 from sleuth.tools.findings import Finding
 from sleuth.tools.registry import ToolError
 
@@ -136,6 +136,10 @@ class Investigation:
     top_k: int = 3
     alpha: float = ALPHA
     adjust_method: str = "holm"
+    max_confirmations: int = MAX_CONFIRMATIONS
+    """The declared size of the confirmation family: every confirmation attempt spends one of these, and each is
+    tested at alpha / max_confirmations (Bonferroni over the declared family, valid for any sequence of calls; see
+    tools/stats/__init__.py). Its adjusted p-values are final when printed."""
     budget: Budget = field(default_factory=Budget)
     artifacts: ArtifactStore | None = None
     store_successes: int = 4
@@ -277,7 +281,9 @@ class Investigation:
     def baseline(self, purpose: Purpose, n_min: int) -> Sample:
         """The class prompt's failure rate on seeds of ``purpose``, topped up to at least ``n_min`` images."""
         have = self.baselines.get(purpose)
-        if have is not None and have.n >= n_min:
+        # The confirmation baseline is drawn once, at the size first asked: topping it up after its rate has been
+        # seen would let a planner stop it where it looks low (optional stopping), and every attempt compares to it.
+        if have is not None and (have.n >= n_min or purpose == "confirmation"):
             return have
         more = n_min - (have.n if have else 0)
         fresh = self.sample(self.class_prompt, more, purpose=purpose, task=f"baseline ({purpose})")
@@ -291,14 +297,29 @@ class Investigation:
         return test
 
     def readjust(self) -> None:
-        """Recompute adjusted p-values, separately for the discovery and the confirmation family."""
-        for purpose in ("discovery", "confirmation"):
-            family = [t for t in self.tests if t.purpose == purpose]
-            if not family:
-                continue
-            adjusted = stats.adjust_pvalues([t.p_value for t in family], method=self.adjust_method)
-            for t, a in zip(family, adjusted):
+        """Recompute adjusted p-values: the discovery family (a screen) by Holm over the tests so far; every
+        confirmation by Bonferroni over the declared confirmation family, which never changes afterwards."""
+        discovery = [t for t in self.tests if t.purpose == "discovery"]
+        if discovery:
+            adjusted = stats.adjust_pvalues([t.p_value for t in discovery], method=self.adjust_method)
+            for t, a in zip(discovery, adjusted):
                 t.adjusted_p = float(a)
+        for t in self.tests:
+            if t.purpose == "confirmation":
+                t.adjusted_p = min(1.0, t.p_value * self.max_confirmations)
+
+    @property
+    def confirmations_used(self) -> int:
+        """Confirmation attempts made (sample tests on confirmation seeds; counterfactual tests confirm nothing)."""
+        return sum(t.purpose == "confirmation" and t.kind == "rate" for t in self.tests)
+
+    def confirmation_alpha(self) -> float:
+        """The level each confirmation attempt is tested at, or a ToolError once the declared family is spent."""
+        if self.confirmations_used >= self.max_confirmations:
+            raise ToolError(f"the investigation's {self.max_confirmations} confirmation attempts are spent (each "
+                            f"is tested at alpha/{self.max_confirmations}, so that any sequence of attempts keeps "
+                            "the family-wise error at alpha); record what is confirmed, then finish")
+        return self.alpha / self.max_confirmations
 
     def test(self, tid: str) -> Test:
         for t in self.tests:

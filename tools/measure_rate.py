@@ -86,8 +86,9 @@ def render(r: Result) -> list[Line]:
     lines.append([("baseline    ", "key"), (kn(r.baseline), "")])
     lines.append([("rate ratio  ", "key"), (ratio(r.rate_ratio), "")])
     looks = f"; looks at n={', '.join(map(str, r.looks))}, stopped: {r.stopped}" if r.looks else ""
+    over = ("declared confirmation attempts" if r.purpose == "confirmation" else "discovery tests so far")
     lines.append([("p           ", "key"), (f"{pv(r.p_value)}, {r.adjust_method}-adjusted {pv(r.adjusted_p)} over "
-                                            f"{r.family_size} tests{looks}", "")])
+                                            f"{r.family_size} {over}{looks}", "")])
     lines += [[("note        ", "key"), (note, "warn")] for note in r.notes]
     return lines
 
@@ -103,12 +104,16 @@ def run(args: Args, ctx: ToolContext) -> Result:
 
 
 def _sequential(inv: Investigation, args: Args, purpose: Purpose) -> Result:
+    # A confirmation is tested at its share of the declared confirmation family, so a sequential stop for success
+    # happens only where the test survives the correction it faces.
+    level = inv.confirmation_alpha() if purpose == "confirmation" else inv.alpha
     base = inv.baseline(purpose, args.baseline_n)
-    plan = stats.default_plan(args.max_n, first=min(args.first_n, args.max_n), alpha=inv.alpha)
+    plan = stats.default_plan(args.max_n, first=min(args.first_n, args.max_n), alpha=level)
     sample = None
     p_values: list[float] = []
     looks: list[int] = []
     stopped = "max_n"
+    declared_final = False
     for j, look_n in enumerate(plan.looks):
         more = look_n - (sample.n if sample is not None else 0)
         if more > inv.budget.left and sample is not None:
@@ -123,6 +128,7 @@ def _sequential(inv: Investigation, args: Args, purpose: Purpose) -> Result:
         final = j + 1 < len(plan.looks) and plan.looks[j + 1] - look_n > inv.budget.left
         decision = plan.decide(j, sample.k, sample.n, base.k, base.n, final=final)
         p_values.append(decision.p_value)
+        declared_final = final
         if decision.action != "continue":
             stopped = decision.action
             break
@@ -130,13 +136,13 @@ def _sequential(inv: Investigation, args: Args, purpose: Purpose) -> Result:
             stopped = "budget"
             break
     # min_j p_j * alpha / alpha_j is a valid p-value for the whole sequential test (union bound).
-    p_seq = plan.overall_p_value(p_values)
+    p_seq = plan.overall_p_value(p_values, final=declared_final)
     assert sample is not None
     test = inv.add_test(Test(id=f"t{len(inv.tests) + 1}", caption=args.caption, purpose=purpose, p_value=p_seq,
                              k1=sample.k, n1=sample.n, k0=base.k, n0=base.n))
     m = inv.store(sample)
     ratio = stats.rate_ratio(sample.k, sample.n, base.k, base.n)
-    family = [t for t in inv.tests if t.purpose == purpose]
+    family_size, method = family_of(inv, purpose)
     notes = []
     if sample.unrendered:
         notes.append(f"the generator could not render: {', '.join(sample.unrendered)}; "
@@ -146,10 +152,18 @@ def _sequential(inv: Investigation, args: Args, purpose: Purpose) -> Result:
     return Result(
         test_id=test.id, caption=args.caption, purpose=purpose, mode="sample",
         hypothesis=summarise(sample, args.target_label), baseline=stats.binomial_rate(base.k, base.n),
-        rate_ratio=ratio, p_value=p_seq, adjusted_p=test.adjusted_p, family_size=len(family),
-        adjust_method=inv.adjust_method, looks=looks, stopped=stopped,
+        rate_ratio=ratio, p_value=p_seq, adjusted_p=test.adjusted_p, family_size=family_size,
+        adjust_method=method, looks=looks, stopped=stopped,
         measurement_id=m.id, verdict=verdict, notes=notes,
     )
+
+
+def family_of(inv: Investigation, purpose: Purpose) -> tuple[int, str]:
+    """The family a test's adjusted p is over: the discovery tests so far (Holm; final at the run's end), or the
+    declared confirmation family (Bonferroni; final at once)."""
+    if purpose == "confirmation":
+        return inv.max_confirmations, "bonferroni"
+    return sum(t.purpose == "discovery" for t in inv.tests), inv.adjust_method
 
 
 def conclusions(recorded: Result, replayed: Result) -> list[tuple[str, Any, Any]]:
@@ -183,12 +197,12 @@ def _counterfactual(inv: Investigation, args: Args, purpose: Purpose) -> Result:
     ratio = stats.rate_ratio(pc.failed_after, pc.pairs, pc.failed_before, pc.pairs)
     verdict = _verdict(test.adjusted_p, inv.alpha, "stop", ratio)
     test.verdict = verdict
-    family = [t for t in inv.tests if t.purpose == purpose]
+    family_size, method = family_of(inv, purpose)
     excluded = pc.note()
     return Result(
         test_id=test.id, caption=args.caption, purpose=purpose, mode="counterfactual",
         baseline=stats.binomial_rate(pc.failed_before, pc.pairs), rate_ratio=ratio, p_value=mc.p_value,
-        adjusted_p=test.adjusted_p, family_size=len(family), adjust_method=inv.adjust_method,
+        adjusted_p=test.adjusted_p, family_size=family_size, adjust_method=method,
         mcnemar=mc, edited=stats.binomial_rate(pc.failed_after, pc.pairs),
         flips=[f for f in flips if f.counted and f.failed_before != f.failed_after][:8], verdict=verdict,
         notes=[*notes, (f"{len(flips)} images edited from {inv.class_prompt!r}; of the {pc.pairs} counted, "

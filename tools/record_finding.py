@@ -1,12 +1,14 @@
 """Record a finding: a failure hypothesis that survived correction and a confirmation on fresh seeds.
 
-The tool checks the evidence itself, so no planner can claim what the data does not support: the discovery test
-must be significant after adjustment over every hypothesis tested so far, and a confirmation test of the same
-caption, on seeds disjoint from discovery, must be significant after adjustment over all confirmations.
+The tool checks the evidence itself, so no planner can claim what the data does not support: a discovery
+measurement of this caption (or of a longer caption it refines) that showed the increase, and a confirmation
+measurement of this very caption, on seeds disjoint from discovery, significant after adjustment over the
+investigation's declared confirmation family (every confirmation attempt counts, repeats of a caption included).
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -16,6 +18,7 @@ from sleuth.tools.common import investigation
 from sleuth.tools.context import ToolContext
 from sleuth.tools.findings import Evidence, Finding
 from sleuth.tools.investigation import Test, normalise_caption
+from sleuth.tools.perturb_caption import FUNCTION_WORDS
 from sleuth.tools.registry import ToolError
 from sleuth.tools.text import Line, kn, pv, quote, ratio
 
@@ -61,24 +64,41 @@ def render(r: Result) -> list[Line]:
                                         f"adjusted p {pv(c.adjusted_p)}", "")]]
 
 
+def content_words(caption: str) -> frozenset[str]:
+    return frozenset(w for w in re.findall(r"[a-z]+", caption.lower()) if w not in FUNCTION_WORDS)
+
+
+def refines(caption: str, measured: str) -> bool:
+    """``caption`` is ``measured`` or a refinement of it (sentences or words left out, nothing added)."""
+    return normalise_caption(caption) == normalise_caption(measured) or content_words(caption) <= content_words(
+        measured)
+
+
 def run(args: Args, ctx: ToolContext) -> Result:
     inv = investigation(ctx)
     d = inv.test(args.discovery_test)
     c = inv.test(args.confirmation_test)
     alpha = inv.alpha
-    if d.purpose != "discovery":
-        raise ToolError(f"{d.id} is a confirmation test; discovery_test must be a discovery measurement")
-    if c.purpose != "confirmation":
-        raise ToolError(f"{c.id} was measured on discovery seeds; re-measure with measure_rate(confirm=true)")
+    if d.purpose != "discovery" or d.kind != "rate":
+        raise ToolError(f"{d.id} is not a discovery measurement of a caption (measure_rate without confirm, "
+                        "mode sample)")
+    if not refines(args.caption, d.caption):
+        raise ToolError(f"the discovery {d.id} measured {d.caption!r}: {args.caption!r} is neither that caption "
+                        "nor a refinement of it; cite the discovery measurement of this caption")
+    if d.k1 * d.n0 <= d.k0 * d.n1:
+        raise ToolError(f"not recorded: discovery {d.id} shows no increase ({d.k1}/{d.n1} vs baseline {d.k0}/{d.n0})")
+    if c.purpose != "confirmation" or c.kind != "rate":
+        raise ToolError(f"{c.id} is not a confirmation measurement; measure the caption with "
+                        "measure_rate(confirm=true, mode='sample')")
     if normalise_caption(c.caption) != normalise_caption(args.caption):
         raise ToolError(f"the confirmation {c.id} measured {c.caption!r}, not {args.caption!r}")
-    if d.adjusted_p > alpha:
-        raise ToolError(f"not recorded: discovery {d.id} has adjusted p = {d.adjusted_p:.3g} > {alpha} "
-                        f"({inv.adjust_method} over the hypotheses tested so far)")
     if c.adjusted_p > alpha or c.k1 * c.n0 <= c.k0 * c.n1:
-        raise ToolError(f"not recorded: confirmation {c.id} is not significant (adjusted p = {c.adjusted_p:.3g}, "
-                        f"{c.k1}/{c.n1} vs baseline {c.k0}/{c.n0}); the effect did not replicate on fresh seeds")
+        raise ToolError(f"not recorded: confirmation {c.id} is not significant (adjusted p = {c.adjusted_p:.3g} "
+                        f"over the {inv.max_confirmations} declared confirmation attempts, {c.k1}/{c.n1} vs baseline "
+                        f"{c.k0}/{c.n0}); the effect did not replicate on fresh seeds")
     cf = inv.test(args.counterfactual_test) if args.counterfactual_test else None
+    if cf is not None and (cf.kind != "counterfactual" or not refines(args.caption, cf.caption)):
+        raise ToolError(f"{cf.id} is not a counterfactual measurement of {args.caption!r}")
     if any(normalise_caption(f.caption) == normalise_caption(args.caption) for f in inv.findings):
         raise ToolError(f"a finding with this caption is already recorded: {args.caption!r}")
     result = Result(

@@ -56,5 +56,11 @@ def ratio(r: stats.RatioCI | None) -> str:
     return "n/a" if r is None else f"{num(r.ratio)}× [{num(r.low)}, {num(r.high)}]"
 
 
+P_FLOOR = 1e-6
+"""Smaller p-values are printed as "< 1e-6": beyond that they restate the sampling model, not the evidence."""
+
+
 def pv(p: float | None) -> str:
-    return "n/a" if p is None else f"{p:.2g}"
+    if p is None:
+        return "n/a"
+    return f"< {P_FLOOR:g}" if p < P_FLOOR else f"{p:.2g}"

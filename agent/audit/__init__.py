@@ -141,6 +141,10 @@ class Audit:
             images = min(images, total.images - sum(s["images"] for s in spent))
             if images <= 0:
                 return 0, f"the audit's image budget ({total.images}) is spent"
+            baseline = self.config.planner.baseline_n
+            if images < baseline:  # not even the class's baseline fits: the class would end before it starts
+                return 0, (f"the audit's image budget ({total.images}) is spent: {images} images left, fewer than "
+                           f"one baseline ({baseline})")
         if total.seconds is not None and self.clock.total() >= total.seconds:
             return 0, f"the audit's wall-time budget ({total.seconds:g} s) is spent"
         if total.cost_usd is not None and sum(s["cost_usd"] for s in spent) >= total.cost_usd:

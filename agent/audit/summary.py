@@ -17,8 +17,11 @@ from rich.table import Table
 from sleuth.agent.audit.budget import cost_of, stopped_by
 from sleuth.agent.events import Event, RunFinished
 from sleuth.agent.replay.resume import Continued
+from sleuth.tools import stats
+from sleuth.tools.defaults import ALPHA
 from sleuth.tools.findings import FindingSummary, HypothesisSummary
 from sleuth.tools.investigation import Investigation, normalise_caption
+from sleuth.tools.text import pv
 
 
 def hypotheses(inv: Investigation) -> list[HypothesisSummary]:
@@ -72,10 +75,10 @@ def _effect(ratio: float | None, ci: Sequence[float | None]) -> tuple[float, flo
 
 
 def ranked(classes: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Confirmed findings of every class, largest effect first."""
+    """Confirmed findings of every class, surest large effect first: by the lower bound of the confirmation's rate
+    ratio interval (the confirmation, on fresh seeds, is the estimate free of selection)."""
     rows = [f for c in classes for f in c["findings"]]
-    return sorted(rows, key=lambda f: (*_effect(f["discovery"]["rate_ratio"], f["discovery"]["rate_ratio_ci"]),
-                                       f["label"], f["caption"]))
+    return sorted(rows, key=lambda f: (-(f["confirmation"]["rate_ratio_ci"][0] or 0.0), f["label"], f["caption"]))
 
 
 def ranked_unconfirmed(classes: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -88,11 +91,23 @@ def audit_summary(run_dir: str, config: dict[str, Any], classes: list[dict[str, 
     statuses = {c["status"] for c in classes}
     status = "completed" if statuses <= {"completed"} else ("budget" if "skipped" in statuses or any(
         c["stopped_by"] for c in classes) else "partial")
+    findings = ranked(classes)
+    # Across classes: each class keeps its own family-wise error at alpha, so an audit of many classes would expect
+    # up to alpha false findings per class. Benjamini-Hochberg over every confirmed finding's adjusted p bounds the
+    # share of false findings in the audit's list (false discovery rate) at alpha.
+    alpha = float(config.get("alpha") or ALPHA)
+    qs = stats.adjust_pvalues([f["confirmation"]["adjusted_p"] for f in findings], method="bh") if findings else []
+    for f, q in zip(findings, qs):
+        f["audit_q"] = float(q)
+        f["audit_significant"] = bool(q <= alpha)
     return {
         "run_dir": run_dir, "status": status, "config": config,
         "images": sum(c["images"] for c in classes), "seconds": round(seconds, 2),
         "cost_usd": round(sum(c["cost_usd"] for c in classes), 6),
-        "classes": classes, "findings": ranked(classes), "unconfirmed": ranked_unconfirmed(classes),
+        "audit_control": (f"Benjamini-Hochberg over the {len(findings)} confirmed findings of all classes (their "
+                          f"confirmation p adjusted within the class): false discovery rate at {alpha:g}; "
+                          "audit_q per finding"),
+        "classes": classes, "findings": findings, "unconfirmed": ranked_unconfirmed(classes),
     }
 
 
@@ -114,11 +129,11 @@ def findings_table(summary: dict[str, Any]) -> Table:
     for col in ("failures k/n [95% CI]", "baseline k/n [95% CI]", "rate ratio [95% CI]", "adj. p"):
         table.add_column(col, overflow="fold", ratio=1)
     for row, confirmed in rows:
-        e = row["discovery"] if confirmed else row
+        e = row["confirmation"] if confirmed else row  # a finding's effect is its confirmation's estimate
         ci = e["rate_ratio_ci"]
         table.add_row(row["label"], row["caption"], "yes" if confirmed else "no", _kn(e["hypothesis"]),
                       _kn(e["baseline"]), f"{_x(e['rate_ratio'])} [{_x(ci[0])}, {_x(ci[1])}]",
-                      f"{e['adjusted_p']:.2g}", style=None if confirmed else "dim")
+                      pv(e["adjusted_p"]), style=None if confirmed else "dim")
     return table
 
 

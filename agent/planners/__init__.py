@@ -47,7 +47,7 @@ class PlannerSpec:
 def _protocol(c: PlannerConfig, p: PlanFor) -> Planner:
     from sleuth.agent.planners.protocol import ProtocolPlanner
 
-    return ProtocolPlanner(p.label, p.class_prompt, baseline_n=c.baseline_n)
+    return ProtocolPlanner(p.label, p.class_prompt, baseline_n=c.baseline_n, budget=p.budget)
 
 
 def _wiles(c: PlannerConfig, p: PlanFor) -> Planner:

@@ -25,6 +25,7 @@ from sleuth.agent.events import Event, PlannerTurn, ToolCall, ToolReturned, Usag
 from sleuth.agent.llm.client import ContextTooLong, LLMClient, LLMError, LLMReply
 from sleuth.agent.llm.context import ContextConfig, build_messages
 from sleuth.agent.llm.summaries import expand_refs
+from sleuth.agent.llm.toolcalls import extract_tool_calls
 from sleuth.agent.runner import Turn
 from sleuth.tools.artifacts import ArtifactStore
 from sleuth.tools.defaults import ALPHA
@@ -192,11 +193,26 @@ class LLMPlanner:
             seen.add(call_id)
             calls.append(ToolCall(id=call_id, name=raw.name.strip(), arguments=parse_arguments(raw.arguments, known)))
         text = reply.content.strip()
+        if not calls and text:
+            # Many local models write their calls in the text (fenced JSON, <tool_call> tags) and go on to invent
+            # the result: read the calls, keep the words before any invented result, and drop the rest.
+            found = extract_tool_calls(text, self.registry.names())
+            for i, c in enumerate(found.calls):
+                calls.append(ToolCall(id=f"text_{len(events)}_{i}", name=c.name,
+                                      arguments=parse_arguments(c.arguments, known)))
+            text = found.text.strip()
+            if found.stripped:
+                text += ("\n[sleuth removed text that imitated a tool result: results come only from the tools; "
+                         "call a tool and wait for its result]")
         final: str | None = None
         if not calls:
-            # In chat a reply in words answers the user. In an investigation the model should act; words alone
-            # are kept as reasoning and it is asked to go on, unless it keeps talking: then the words are its answer.
-            if self.mode == "chat" or self._text_streak(events) + 1 >= self.max_text_turns:
+            # In chat a reply in words answers the user. In an investigation the model must act and end with
+            # finish; words alone are kept as reasoning and it is asked to go on, and a model that keeps talking
+            # ends the run as a planner error (not as a completed investigation).
+            if self.mode == "chat":
                 final = text
+            elif self._text_streak(events) + 1 >= self.max_text_turns:
+                raise PlannerError(f"{self.model} wrote {self.max_text_turns} turns in words without a tool call and "
+                                   "never called finish")
         return Turn(reasoning=text if final is None else "", tool_calls=calls, final=final, model=self.model,
                     usage=usage, cost_usd=cost)

@@ -96,10 +96,12 @@ class ProtocolPlanner(ScriptPlanner):
     def __init__(self, label: str, class_prompt: str, *, baseline_n: int = BASELINE_N, max_hypotheses: int = 6,
                  max_refine: int = 8, max_n: int = 800, explore_n: int = 100, screen_n: int = 30,
                  explore_top: int = 24, explore_max_n: int = 400, explore_first_n: int = 50, explore: bool = True,
-                 refine: bool = True, counterfactual: bool = True, name: str = "protocol") -> None:
+                 refine: bool = True, counterfactual: bool = True, budget: int | None = None,
+                 screen_share: float = 0.25, name: str = "protocol") -> None:
         """``explore_n``: perturbations per edit type asked of perturb_caption (100: every one the generator can
-        render); each is screened on ``screen_n`` images and the ``explore_top`` that fail most (one per failure mode
-        first) are tested, with sequential looks from ``explore_first_n`` up to ``explore_max_n`` images."""
+        render); each is screened on ``screen_n`` images, at most ``screen_share`` of the image ``budget`` in all
+        (the rest is for tests), and the ``explore_top`` that fail most (one per failure mode first) are tested,
+        with sequential looks from ``explore_first_n`` up to ``explore_max_n`` images."""
         super().__init__(name, model="protocol")
         self.explore = explore
         self.refine = refine
@@ -111,6 +113,7 @@ class ProtocolPlanner(ScriptPlanner):
         self.max_refine = max_refine
         self.max_n = max_n
         self.explore_n = explore_n
+        self.max_screens = None if budget is None else int(budget * screen_share) // screen_n
         self.screen_n = screen_n
         self.explore_top = explore_top
         self.explore_max_n = explore_max_n
@@ -157,15 +160,19 @@ class ProtocolPlanner(ScriptPlanner):
         hyps = self._unique(caps.hypotheses if caps else [])[: self.max_hypotheses]
         kinds = {e.caption: e.type for e in (pert.edits if pert else [])}
         seen = {content_key(h.caption) for h in hyps}
-        candidates = [c for c in kinds if content_key(c) not in seen]
+        proposed = [c for c in kinds if content_key(c) not in seen]
+        candidates = proposed[: self.max_screens]
+        capped = (f" The budget pays for screening {len(candidates)} of them (a quarter of it; the rest is for tests)."
+                  if len(candidates) < len(proposed) else "")
         explore: list[str] = []
         if candidates:
             screens = yield self.turn(
-                f"perturb_caption proposes {len(candidates)} single-attribute perturbations the generator can render "
+                f"perturb_caption proposes {len(proposed)} single-attribute perturbations the generator can render "
                 f"(and left out {len(pert.not_rendered) if pert else 0} it cannot). Testing them all would spend the "
                 f"budget and enlarge the family every p-value is corrected over, so I first screen each on "
-                f"{self.screen_n} images: a look, not a test. Then I test on fresh seeds the {self.explore_top} that "
-                "fail most often, taking the strongest of each kind of failure (edit type, wrong label) first.",
+                f"{self.screen_n} images: a look, not a test.{capped} Then I test on fresh seeds the "
+                f"{self.explore_top} that fail most often, taking the strongest of each kind of failure (edit type, "
+                "wrong label) first.",
                 *[self.call("generate_and_classify", prompt=c, n=self.screen_n) for c in candidates],
             )
             looks = [x for c, r in zip(candidates, screens) if (x := screened(c, kinds[c], r)) is not None]

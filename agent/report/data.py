@@ -127,10 +127,13 @@ def _seconds(first: str, last: str) -> float | None:
 
 
 def _final_adjusted(rows: list[HypothesisTest]) -> None:
-    """Adjust each family's raw p-values over all of its tests, as the investigation does after its last test."""
+    """Adjust each family's raw p-values over all of its tests, as the investigation does after its last test. A
+    family adjusted over its declared size (Bonferroni: confirmations) was final when recorded and is kept."""
     for purpose in {r.purpose for r in rows}:
         family = [r for r in rows if r.purpose == purpose]
         method = family[-1].adjust_method
+        if method == "bonferroni":
+            continue
         for r, a in zip(family, stats.adjust_pvalues([r.p_value for r in family], method=method)):
             r.adjusted_p = float(a)
 

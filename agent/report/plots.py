@@ -78,8 +78,11 @@ def forest_rows(tests: list[HypothesisTest], class_prompt: str | None) -> list[F
             row.confirmation = t
 
     def effect(r: ForestRow) -> float:
-        rr = r.discovery.rate_ratio
-        return rr.ratio if rr is not None and not math.isnan(rr.ratio) else 0.0
+        """How surely the effect is large: the lower bound of the confirmation's ratio interval (of discovery's
+        when there is no confirmation), so a ratio that is infinite only for want of baseline failures does not
+        rank first."""
+        rr = (r.confirmation or r.discovery).rate_ratio
+        return rr.low if rr is not None and not math.isnan(rr.low) else 0.0
 
     return sorted(rows.values(), key=lambda r: (r.finding_id is None, -effect(r)))
 

@@ -220,12 +220,14 @@ class EmbedderView:
 
 
 class EditorView:
-    """An editor as tools hold it: id and edit."""
+    """An editor as tools hold it: id, edit, and what it declares (its cost, whether its outcomes are kept)."""
 
-    __slots__ = ("edit", "id")
+    __slots__ = ("cache_outcomes", "cost", "edit", "id")
 
     def __init__(self, impl: Editor) -> None:
         self.id: str = impl.id
+        self.cost: EditCost = edit_cost(impl)
+        self.cache_outcomes: bool = bool(getattr(impl, "cache_outcomes", False))
         self.edit: Callable[[Generation, str, str], EditOutcome] = (
             lambda generation, source, target: impl.edit(generation, source, target))
 

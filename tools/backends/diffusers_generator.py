@@ -23,6 +23,7 @@ from sleuth.tools.backends.loading import (
     choose_dtype,
     dtype_tag,
     fingerprint,
+    load_diffusion_pipeline,
     quiet_loading,
     resolve_pretrained,
 )
@@ -91,14 +92,9 @@ class DiffusersGenerator:
         """Load the pipeline now (it otherwise loads on the first `generate`)."""
         if self._pipe is not None:
             return
-        from diffusers import DiffusionPipeline
-
+        assert self._folder is not None  # built without a pipeline object, so from a folder
+        pipe = load_diffusion_pipeline(self._folder, self.dtype, f"diffusers pipeline {self.model!r}")
         with quiet_loading():
-            try:
-                pipe = DiffusionPipeline.from_pretrained(self._folder, dtype=self.dtype, local_files_only=True)
-            except (OSError, ValueError) as e:
-                raise BackendError(f"diffusers pipeline {self.model!r}: cannot load from {self._folder}: "
-                                   f"{str(e).splitlines()[0]}") from None
             self._prepare(pipe)
         self._pipe = pipe
 

@@ -106,6 +106,18 @@ def quiet_loading() -> Iterator[None]:
             m.set_verbosity(level)
 
 
+def load_diffusion_pipeline(folder: Path | str, dtype: Any, what: str) -> Any:
+    """A diffusers pipeline from a local folder (never the network), quietly; ``what`` names it in the one-line
+    ``BackendError`` a folder that does not hold one gives."""
+    from diffusers import DiffusionPipeline
+
+    with quiet_loading():
+        try:
+            return DiffusionPipeline.from_pretrained(folder, dtype=dtype, local_files_only=True)
+        except (OSError, ValueError) as e:
+            raise BackendError(f"{what}: cannot load from {folder}: {str(e).splitlines()[0]}") from None
+
+
 def dtype_tag(dtype: Any) -> str:
     """``""`` for float32, else ``":float16"`` etc.: appended to backend ids, since precision changes outputs."""
     name = str(dtype).removeprefix("torch.")

@@ -21,6 +21,36 @@ Which methods, and why:
 - **Sequential sampling** spends alpha over planned looks (Lan–DeMets), so stopping early keeps the error valid;
   see `SequentialPlan`.
 
+**The guarantee of an investigation, whatever the planner does.** A planner (an LLM) chooses adaptively what to
+measure, how often, and when to stop; the tools must keep the error of *findings* at alpha for any such sequence.
+The design: discovery is a screen, and the guarantee comes from confirmation alone.
+
+- *Discovery* (measure_rate without confirm): any number of tests, any looks, any adaptive choice. Its p-values are
+  Holm-adjusted over the discovery tests so far, shown as such, and readjusted over the final family in reports; they
+  rank and select hypotheses but certify nothing.
+- *Confirmation* (measure_rate with confirm=true): each attempt draws fresh seeds, disjoint from every seed used
+  before, so its data are independent of everything that led to choosing it. An investigation declares its
+  confirmation family up front (MAX_CONFIRMATIONS attempts, 10 by default; attempts beyond are refused) and tests
+  attempt i at alpha / M (Bonferroni over the declared family). A repeat of a caption is another attempt.
+- *Proof sketch.* Let H_i be the null hypothesis the i-th attempt tests (chosen by any rule from the data before it).
+  Given that past, attempt i's data are fresh, so P(p_i <= alpha/M | past) <= alpha/M when H_i is true (the sequential
+  plan's overall p-value is valid: a union bound over its looks). A false finding needs some attempt on a true null
+  to reject; with at most M attempts, P(any false finding) <= sum_i alpha/M = alpha, by the union bound, however the
+  planner chose, stopped or repeated. Holm over the attempts made would not do: a planner that stops at its first
+  success makes the family size depend on the outcomes.
+- *Printed values are final.* A confirmation's adjusted p is min(1, M p) when it is printed and forever after.
+  `record_finding` requires the confirmation of the very caption recorded (a sample test with confirm=true, adjusted
+  p <= alpha, rate above the baseline) and a discovery measurement of it or of a caption it refines (words left out,
+  none added); a counterfactual test cited must be one of that caption.
+- *No stranded hypotheses.* A confirmation's sequential plan runs at alpha / M, so it stops for success only where it
+  survives the correction; a discovery stopped early is never a dead end, since confirmation does not depend on its
+  adjusted p. When the budget ends sampling early, the last look is tested at all the alpha not yet spent, and the
+  reported p-value uses that threshold (`overall_p_value(final=True)`).
+- *Effects* are reported from the confirmation (fresh seeds: no winner's curse) and findings are ranked by the lower
+  bound of its interval.
+- *p-values* are exact under the binomial sampling model of images drawn independently from the generator (i.i.d.
+  seeds); terminal and report show them floored at 1e-6 ("< 1e-6"), since smaller values only restate that model.
+
 Modules: `rates` (intervals, rate ratios), `comparisons` (exact tests, multiplicity), `sequential` (plans).
 """
 

@@ -104,11 +104,17 @@ class SequentialPlan(BaseModel):
         self._check_look(look)
         return max(0.0, self.alpha - sum(self.thresholds()[:look]))
 
-    def overall_p_value(self, p_values: Sequence[float]) -> float:
-        """A p-value for the whole sequence from the p-values of the looks made: min_j p_j * alpha / alpha_j."""
+    def overall_p_value(self, p_values: Sequence[float], *, final: bool = False) -> float:
+        """A p-value for the whole sequence from the p-values of the looks made: min_j p_j * alpha / alpha_j.
+
+        ``final=True``: the last look was declared final (``decide(..., final=True)``), so its alpha_j is the
+        threshold it was tested at, ``final_threshold``."""
         alphas = self.thresholds()
         if not 0 < len(p_values) <= len(alphas):
             raise ValueError(f"need 1 to {len(alphas)} p-values, got {len(p_values)}")
+        if final:
+            last = len(p_values) - 1
+            alphas = [*alphas[:last], self.final_threshold(last)]
         scaled = [p * self.alpha / a for p, a in zip(p_values, alphas) if a > 0.0]
         return min([1.0, *scaled])
 

@@ -23,7 +23,7 @@ from sleuth.tools.backends.loading import (
     choose_dtype,
     dtype_tag,
     fingerprint,
-    quiet_loading,
+    load_diffusion_pipeline,
     resolve_pretrained,
 )
 from sleuth.tools.backends.sd_edit.cache import InversionCache, inversion_key
@@ -194,14 +194,8 @@ class SDEditor:
         """Load the pipeline now (it otherwise loads on the first edit)."""
         if self._pipe is not None:
             return
-        from diffusers import DiffusionPipeline
-
-        try:
-            with quiet_loading():
-                pipe = DiffusionPipeline.from_pretrained(self._folder, dtype=self.dtype, local_files_only=True)
-        except (OSError, ValueError) as e:
-            raise BackendError(f"Stable Diffusion pipeline {self.model!r}: cannot load from {self._folder}: "
-                               f"{str(e).splitlines()[0]}") from None
+        assert self._folder is not None  # built without a pipeline object, so from a folder
+        pipe = load_diffusion_pipeline(self._folder, self.dtype, f"Stable Diffusion pipeline {self.model!r}")
         self._prepare(pipe)
         self._pipe = pipe
 
