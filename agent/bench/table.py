@@ -28,7 +28,8 @@ def discovery_table(out: dict[str, Any]) -> Group:
     title = (f"Planted-bug discovery: {len(worlds)} world(s), {planted} classes with planted bugs"
              f"{f', {free} without' if free else ''}, seeds {','.join(map(str, out['seeds']))}, "
              f"budget {out['budget']:,} images per class")
-    main = Table(title=title)
+    main = Table(title=title, caption="A finding is real when the oracle's 95% interval for its failure-rate ratio lies "
+                                      "above 1.2x; false: confirmed but not real. Medians (90th percentiles).")
     for col in ("planner", "recall [95% CI]", "false findings", "false on bug-free classes",
                 "images / class: median (p90)", "s / class", "images until confirmed"):
         main.add_column(col, justify="left" if col == "planner" else "right")
@@ -40,7 +41,8 @@ def discovery_table(out: dict[str, Any]) -> Group:
                      _q(r["images_until_confirmed"], 1000, "k"))
     bands = [b for b in _bands(out) if any(b in r["recall_by_strength"] for r in out["planners"].values())]
     budgets = [c["budget"] for c in next(iter(out["planners"].values()))["recall_vs_budget"]] if out["planners"] else []
-    detail = Table(title="Recall by strength (oracle ratio) and by images used")
+    detail = Table(title="Recall by strength (oracle ratio) and by images used",
+                   caption="n/a: more images than the runs' budget.")
     detail.add_column("planner")
     for b in bands:
         detail.add_column(b, justify="right")
