@@ -28,8 +28,8 @@ def discovery_table(out: dict[str, Any]) -> Group:
     title = (f"Planted-bug discovery: {len(worlds)} world(s), {planted} classes with planted bugs"
              f"{f', {free} without' if free else ''}, seeds {','.join(map(str, out['seeds']))}, "
              f"budget {out['budget']:,} images per class")
-    main = Table(title=title, caption="A finding is real when the oracle's 95% interval for its failure-rate ratio lies "
-                                      "above 1.2x; false: confirmed but not real. Medians (90th percentiles).")
+    main = Table(title=title, caption="A finding is real when the oracle's 95% interval for its failure-rate ratio "
+                                      "lies above 1.2x; false: confirmed but not real. Medians (90th percentiles).")
     for col in ("planner", "recall [95% CI]", "false findings", "false on bug-free classes",
                 "images / class: median (p90)", "s / class", "images until confirmed"):
         main.add_column(col, justify="left" if col == "planner" else "right")
