@@ -112,6 +112,9 @@ def test_planner_summary_and_outcomes_from_runs():
     assert got == [BugOutcome("w0: a-bug", 3.0, True, 2500), BugOutcome("w0: b-bug", 15.0, False, None)]
     s = planner_summary(runs, got, run_budget=20_000)
     assert (s["bugs_found"], s["bugs_planted"]) == (1, 2) and s["recall"]["rate"] == pytest.approx(0.5, abs=TOL)
+    assert s["recall_measurable"] == {**rate_with_ci(1, 2), "min_ratio": 2.0}
+    weak = planner_summary(runs, [*got, BugOutcome("w1: weak", 0.9, False, None)], run_budget=20_000)
+    assert weak["recall"]["n"] == 3 and weak["recall_measurable"]["n"] == 2
     assert (s["false_confirmed"], s["confirmed_findings"]) == (2, 6)
     assert s["bug_free_classes"] == {"runs": 1, "confirmed": 2, "false": 1,
                                      "runs_with_false": rate_with_ci(1, 1)}

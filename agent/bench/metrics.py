@@ -129,8 +129,12 @@ def planner_summary(runs: Sequence[dict[str, Any]], outcomes: Sequence[BugOutcom
     free = [r for r in runs if r.get("bug_free")]
     free_confirmed = [f for r in free for f in r["findings"]]
     found = [o for o in outcomes if o.found]
+    # A random world's planting can fail to bias its classifier (the oracle then measures the bug near 1x): recall
+    # over the bugs the oracle measures at the lowest band edge or more is the recall of bugs there were to find.
+    there = [o for o in outcomes if o.ratio is not None and o.ratio >= edges[0]]
     return {
         "recall": rate_with_ci(len(found), len(outcomes)),
+        "recall_measurable": {**rate_with_ci(sum(o.found for o in there), len(there)), "min_ratio": edges[0]},
         "bugs_found": len(found), "bugs_planted": len(outcomes),
         "recall_by_strength": recall_by_band(outcomes, edges),
         "false_findings": rate_with_ci(len(false), len(confirmed)),

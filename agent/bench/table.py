@@ -30,12 +30,14 @@ def discovery_table(out: dict[str, Any]) -> Group:
              f"budget {out['budget']:,} images per class")
     main = Table(title=title, caption="A finding is real when the oracle's 95% interval for its failure-rate ratio "
                                       "lies above 1.2x; false: confirmed but not real. Medians (90th percentiles).")
-    for col in ("planner", "recall [95% CI]", "false findings", "false on bug-free classes",
+    low = (out.get("strength_bands") or [2.0])[0]
+    for col in ("planner", "recall [95% CI]", f"recall, bugs ≥{low:g}x", "false findings", "false on bug-free classes",
                 "images / class: median (p90)", "s / class", "images until confirmed"):
         main.add_column(col, justify="left" if col == "planner" else "right")
     for name, r in out["planners"].items():
         free_r = r["bug_free_classes"]
-        main.add_row(name, _rate(r["recall"]), f"{r['false_confirmed']}/{r['confirmed_findings']}",
+        main.add_row(name, _rate(r["recall"]), _rate(r["recall_measurable"]),
+                     f"{r['false_confirmed']}/{r['confirmed_findings']}",
                      f"{free_r['false']}/{free_r['confirmed']} in {free_r['runs']} runs" if free_r["runs"] else "–",
                      _q(r["images_per_class"], 1000, "k"), _q(r["seconds_per_class"]),
                      _q(r["images_until_confirmed"], 1000, "k"))
