@@ -173,6 +173,7 @@ def test_bench_classes_are_the_planted_ones_plus_bug_free_ones():
     assert bench_classes(w, bug_free=2) == more  # the same world gives the same classes
     some = sorted(planted)[0]
     assert bench_classes(w, classes=[some, free[0]]) == [(some, False), (free[0], True)]
+    assert [c for c, _ in bench_classes(w, classes=["all"])] == list(w.labels.labels)
     with pytest.raises(ValueError, match="has no class 'unicorn'"):
         bench_classes(w, classes=["unicorn"])
 

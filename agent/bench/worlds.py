@@ -74,10 +74,13 @@ def parse_worlds(text: str) -> list[WorldSpec]:
 
 
 def bench_classes(world: World, bug_free: int = 0, classes: Sequence[str] | None = None) -> list[tuple[str, bool]]:
-    """(class, bug_free) pairs to investigate: ``classes`` if given, else the classes with planted bugs plus
-    ``bug_free`` classes without one (drawn with the world's seed, so the same world gives the same classes)."""
+    """(class, bug_free) pairs to investigate: ``classes`` if given (["all"]: every class), else the classes with
+    planted bugs plus ``bug_free`` classes without one (drawn with the world's seed: the same world, the same
+    classes)."""
     labels = list(world.labels.labels)
     planted = [b.class_ for b in world.bugs]
+    if classes and list(classes) == ["all"]:
+        classes = labels
     if classes:
         unknown = [c for c in classes if c not in labels]
         if unknown:

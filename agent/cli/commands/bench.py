@@ -43,8 +43,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     d.add_argument("--worlds", help="Comma list of worlds: random:N (random worlds 0..N-1), packaged names "
                                     "(default, nobugs) or config files (default: default).")
     d.add_argument("--world", help="One world (file or packaged name); the same as --worlds WORLD.")
-    d.add_argument("--classes", help="Comma-separated classes, in every world (default: the classes with planted "
-                                     "bugs, plus --bug-free).")
+    d.add_argument("--classes", help="Comma-separated classes, in every world, or all (default: the classes with "
+                                     "planted bugs, plus --bug-free).")
     d.add_argument("--bug-free", type=int, default=0, metavar="K",
                    help="Also investigate K classes per world without a planted bug (default 0).")
     d.add_argument("--planners", default=",".join(PLANNERS),
