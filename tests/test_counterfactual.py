@@ -43,6 +43,18 @@ class WreckingEditor(FakeEditor):
         return out
 
 
+class DamagingEditor(FakeEditor):
+    """Every pass through this editor, whatever its captions, makes the classifier fail on 30% of images (a fresh
+    draw per caption pair): an editor that damages objects in a way its quality filters do not catch."""
+
+    def edit(self, generation: Generation, source_caption: str, target_caption: str) -> EditOutcome:
+        out = super().edit(generation, source_caption, target_caption)
+        salt = int.from_bytes(target_caption.encode()[-6:], "little")
+        if np.random.default_rng([generation.seed, salt]).random() < 0.3:
+            out.image[0, 0, 0] = 255
+        return out
+
+
 class CostlyEditor(FakeEditor):
     id = "costly-edit"
     cost = EditCost(inversion=3.0, edit=2.0, max_pairs=10)
@@ -128,21 +140,21 @@ def test_editing_is_charged_at_the_declared_cost_and_costly_editors_are_capped()
     r = call(ctx, "measure_rate", caption=SAND, mode="counterfactual", max_n=200)
     assert len(r.flips) <= 10 and r.baseline.n == 10
     assert any("10 pairs edited, not 200" in n for n in r.notes)
-    # 10 class images generated; each inverted (3) and edited (2).
-    assert (inv.budget.used, inv.budget.editing) == (10 + 10 * 5, 50)
+    # 10 class images generated; each inverted (3) once, edited (2) and sham-edited (2).
+    assert (inv.budget.used, inv.budget.editing) == (10 + 10 * 7, 70)
     base = call(ctx, "generate_and_classify", prompt=CAT, n=20)
     refs = base.success_images[:2]
     e = call(ctx, "edit_image", images=[refs[0], refs[0], refs[1]], source_caption=CAT, target_caption=SAND)
     assert e.budget_charged == 2 * 3 + 3 * 2  # two distinct images inverted, three edits
-    # Not enough left for 10 pairs (10 * 6 = 60): refused before anything is spent.
-    poor = context(CostlyEditor(), budget=59)
-    with pytest.raises(ToolError, match="image budget exhausted: 10 counterfactual pairs cost 60"):
+    # Not enough left for 10 pairs (10 * 8 = 80): refused before anything is spent.
+    poor = context(CostlyEditor(), budget=79)
+    with pytest.raises(ToolError, match="image budget exhausted: 10 counterfactual pairs cost 80"):
         call(poor, "measure_rate", caption=SAND, mode="counterfactual", max_n=200)
     assert poor.investigation.budget.used == 0
-    # An editor that declares nothing pays one image per edit (toyworld declares the same).
+    # An editor that declares nothing pays one image per edit (toyworld declares the same), sham edits included.
     plain = context(FakeEditor())
     call(plain, "measure_rate", caption=SAND, mode="counterfactual", max_n=50)
-    assert (plain.investigation.budget.used, plain.investigation.budget.editing) == (100, 50)
+    assert (plain.investigation.budget.used, plain.investigation.budget.editing) == (150, 100)
 
 
 def test_outcomes_a_rerun_would_not_repeat_are_kept(tmp_path: Path) -> None:
@@ -150,19 +162,19 @@ def test_outcomes_a_rerun_would_not_repeat_are_kept(tmp_path: Path) -> None:
     first_editor = UnrepeatableEditor()
     first = call(context(first_editor, cache=PredictionCache(path), store=tmp_path / "a"), "measure_rate",
                  caption=SAND, mode="counterfactual", max_n=40)
-    assert first_editor.calls == 40
+    assert first_editor.calls == 80  # each image edited and sham-edited
     # Another process (a resumed run, a verification) on the same machine: the same edits, not new ones.
     again_editor = UnrepeatableEditor()
     ctx = context(again_editor, cache=PredictionCache(path), store=tmp_path / "b")
     again = call(ctx, "measure_rate", caption=SAND, mode="counterfactual", max_n=40)
     assert again_editor.calls == 0
     assert again.model_dump() == first.model_dump()
-    assert ctx.investigation.budget.editing == 40  # the charge does not depend on what the cache holds
+    assert ctx.investigation.budget.editing == 80  # the charge does not depend on what the cache holds
     # Without the cache each run edits anew, and the edited images differ.
     fresh_editor = UnrepeatableEditor()
     fresh = call(context(fresh_editor, store=tmp_path / "c"), "measure_rate", caption=SAND, mode="counterfactual",
                  max_n=40)
-    assert fresh_editor.calls == 40 and first.flips
+    assert fresh_editor.calls == 80 and first.flips
     assert [f.original for f in fresh.flips] == [f.original for f in first.flips]  # the same images...
     assert not {f.edited for f in fresh.flips} & {f.edited for f in first.flips}  # ...edited anew, differently
 
@@ -183,3 +195,43 @@ def test_sd_editor_declared_cost() -> None:
 
     with pytest.raises(BackendError, match="pairs must be at least 1"):
         _cost({"pairs": "0"}, cost)
+
+
+def test_the_counterfactual_test_holds_the_editors_own_effect_fixed_with_a_sham_edit() -> None:
+    """An editor that makes images fail by itself: against the unedited images every edit 'causes' failures, so a
+    test of edited against original would support any caption. Against the sham edit (same editor, caption
+    unchanged) only the attribute counts."""
+    from sleuth.tools import stats
+
+    ctx = context(DamagingEditor())
+    r = call(ctx, "measure_rate", caption=GRASS, mode="counterfactual", max_n=200)
+    assert r.original is not None and r.edited is not None and r.sham is not None
+    assert r.sham.b > 30 and r.sham.c == 0  # the editor alone flips ~30% of the images to failure
+    naive = stats.compare_rates(r.edited.k, r.edited.n, r.original.k, r.original.n)
+    assert naive.p_value < 1e-3  # edited against as generated: "significant" for a harmless attribute
+    assert r.verdict != "supported" and r.p_value > 0.5  # edited against sham-edited: grass does no harm
+    assert r.baseline.k == ctx.investigation.tests[-1].k0 > r.original.k and r.rate_ratio.ratio < 1.0
+    assert r.rate_ratio.method.startswith("matched-pairs")
+    # A caption that does cause failures is still found through the same editor.
+    s_ = call(ctx, "measure_rate", caption=SAND, mode="counterfactual", max_n=200)
+    assert s_.verdict == "supported" and s_.rate_ratio.low > 1.2
+
+
+def test_with_a_faithful_editor_the_sham_changes_nothing() -> None:
+    ctx = context(FakeEditor())
+    r = call(ctx, "measure_rate", caption=SAND, mode="counterfactual", max_n=200)
+    assert r.sham is not None and (r.sham.b, r.sham.c) == (0, 0)
+    assert r.baseline.k == r.original.k  # the sham-edited images are the originals
+    assert r.flips and all(f.sham is not None and f.failed_sham == f.failed_before for f in r.flips)
+
+
+def test_toyworld_sham_edits_are_the_images_themselves() -> None:
+    from sleuth.tools.backends.toyworld import load_backends
+
+    backends = load_backends()
+    c = ToolContext()
+    c.investigation = Investigation(backends=backends, label="cat", budget=Budget(images=5_000))
+    r = call(c, "measure_rate", caption="a realistic photograph of a cat. it is at night.", mode="counterfactual",
+             max_n=60)
+    assert r.sham is not None and (r.sham.b, r.sham.c) == (0, 0) and r.baseline.k == r.original.k
+    assert r.flips and all(f.sham == f.original for f in r.flips)  # re-rendered unchanged: nothing new stored

@@ -92,7 +92,6 @@ def test_a_small_random_world_trains_and_its_strong_bugs_show(tmp_path: Path, mo
 
     data = random_world_data(0)
     data["classifier_training"].update(n_per_class=400, epochs=4)
-    data["captioner_training"].update(n_per_class=100, epochs=1)
     path = tmp_path / "small.yaml"
     path.write_text(yaml.safe_dump(data))
     monkeypatch.setenv("SLEUTH_CACHE", str(tmp_path / "cache"))
@@ -101,3 +100,27 @@ def test_a_small_random_world_trains_and_its_strong_bugs_show(tmp_path: Path, mo
     assert report["accuracy"] > 0.8
     strongest = max(report["bugs"], key=lambda b: b["ratio"])
     assert strongest["ratio"] > 3, [(b["name"], b["ratio"]) for b in report["bugs"]]
+
+
+def test_random_worlds_borrow_the_default_captioner_and_train_only_their_classifier(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    from sleuth.tools.backends.base import BackendError
+    from sleuth.tools.backends.toyworld.train import borrowed_captioner, find_weights, state_dicts
+
+    monkeypatch.setenv("SLEUTH_CACHE", str(tmp_path / "cache"))
+    default = load_world()
+    assert default.captioner_from is None and find_weights(default) is not None  # the shipped hash still matches
+    world = World.model_validate(random_world_data(3))
+    assert world.captioner_from == "default"
+    shipped = state_dicts(default)
+    borrowed = borrowed_captioner(world)
+    assert set(borrowed) == {k.removeprefix("captioner.") for k in shipped if k.startswith("captioner.")}
+    assert all(torch.equal(v, shipped[f"captioner.{k}"]) for k, v in borrowed.items())
+    other = random_world_data(3)
+    other["captioner_training"]["epochs"] += 1
+    with pytest.raises(BackendError, match="has another captioner_training"):
+        borrowed_captioner(World.model_validate(other))
+    with pytest.raises(ValueError, match="not a packaged world"):
+        World.model_validate({**random_world_data(3), "captioner_from": "elsewhere"})

@@ -56,7 +56,12 @@ class Result(BaseModel):
     adjust_method: str
     looks: list[int] = Field(default_factory=list, description="Sample sizes at which the test looked.")
     stopped: str = ""
-    mcnemar: stats.McNemar | None = None
+    mcnemar: stats.McNemar | None = Field(None, description=(
+        "Counterfactual mode: the test, exact McNemar of each edited image against the same image sham-edited."))
+    sham: stats.McNemar | None = Field(None, description=(
+        "Counterfactual mode: the sham edit's own flips against the images as generated (the editor's effect)."))
+    original: stats.Rate | None = Field(None, description="Counterfactual mode: failures among the images as "
+                                                          "generated (the baseline is the sham-edited images).")
     edited: stats.Rate | None = Field(None, description="Counterfactual mode: failures among the edited images.")
     flips: list[Flip] = Field(default_factory=list)
     measurement_id: str | None = None
@@ -82,8 +87,12 @@ def render(r: Result) -> list[Line]:
     if r.edited is not None:
         lines.append([("edited      ", "key"), (f"failures {kn(r.edited)}", "")])
     if r.mcnemar is not None:
-        lines.append([("edits       ", "key"), (mcnemar_text(r.mcnemar), "")])
-    lines.append([("baseline    ", "key"), (kn(r.baseline), "")])
+        vs = " against the sham edit" if r.sham is not None else ""
+        lines.append([("edits       ", "key"), (mcnemar_text(r.mcnemar) + vs, "")])
+    if r.sham is not None:
+        lines.append([("sham edit   ", "key"), (f"{r.sham.b} flipped to failure, {r.sham.c} back "
+                                                f"(the editor alone, caption unchanged)", "dim")])
+    lines.append([("baseline    ", "key"), (kn(r.baseline) + (" (sham-edited)" if r.sham is not None else ""), "")])
     lines.append([("rate ratio  ", "key"), (ratio(r.rate_ratio), "")])
     looks = f"; looks at n={', '.join(map(str, r.looks))}, stopped: {r.stopped}" if r.looks else ""
     over = ("declared confirmation attempts" if r.purpose == "confirmation" else "discovery tests so far")
@@ -180,33 +189,38 @@ def _verdict(adjusted_p: float, alpha: float, action: str, ratio: stats.RatioCI)
 
 
 def _counterfactual(inv: Investigation, args: Args, purpose: Purpose) -> Result:
-    n, notes = counterfactual_size(inv, args.max_n)
+    n, notes = counterfactual_size(inv, args.max_n, sham=True)
     used = inv.budget.used
     base = inv.sample(inv.class_prompt, n, purpose=purpose, task=f"counterfactual ({purpose})")
-    flips, _ = counterfactual_pairs(inv, base, inv.class_prompt, args.caption)
+    flips, _ = counterfactual_pairs(inv, base, inv.class_prompt, args.caption, sham=True)
     # Only pairs whose edit passed every quality filter are evidence (tools/counterfactual.py).
     pc = paired_counts(flips)
     if not pc.pairs:
         raise ToolError(f"none of the {len(flips)} edits passed the editor's quality filters "
                         f"({', '.join(sorted(pc.excluded_by))}): nothing to test")
-    b, c = pc.to_failure, pc.to_correct
-    mc = stats.mcnemar_exact(b, c, alternative="greater")
+    assert pc.failed_sham is not None and pc.vs_sham_to_failure is not None and pc.vs_sham_to_correct is not None
+    assert pc.both_fail is not None and pc.sham_to_failure is not None and pc.sham_to_correct is not None
+    # The test: each edited image against the same image sham-edited (the editor's own effect held fixed).
+    mc = stats.mcnemar_exact(pc.vs_sham_to_failure, pc.vs_sham_to_correct, alternative="greater")
+    sham_mc = stats.mcnemar_exact(pc.sham_to_failure, pc.sham_to_correct, alternative="greater")
     test = inv.add_test(Test(id=f"t{len(inv.tests) + 1}", caption=args.caption, purpose=purpose,
-                             p_value=mc.p_value, k1=pc.failed_after, n1=pc.pairs, k0=pc.failed_before, n0=pc.pairs,
+                             p_value=mc.p_value, k1=pc.failed_after, n1=pc.pairs, k0=pc.failed_sham, n0=pc.pairs,
                              kind="counterfactual"))
-    ratio = stats.rate_ratio(pc.failed_after, pc.pairs, pc.failed_before, pc.pairs)
+    ratio = stats.paired_rate_ratio(pc.both_fail, pc.vs_sham_to_failure, pc.vs_sham_to_correct, pc.pairs)
     verdict = _verdict(test.adjusted_p, inv.alpha, "stop", ratio)
     test.verdict = verdict
     family_size, method = family_of(inv, purpose)
     excluded = pc.note()
     return Result(
         test_id=test.id, caption=args.caption, purpose=purpose, mode="counterfactual",
-        baseline=stats.binomial_rate(pc.failed_before, pc.pairs), rate_ratio=ratio, p_value=mc.p_value,
+        baseline=stats.binomial_rate(pc.failed_sham, pc.pairs), rate_ratio=ratio, p_value=mc.p_value,
         adjusted_p=test.adjusted_p, family_size=family_size, adjust_method=method,
-        mcnemar=mc, edited=stats.binomial_rate(pc.failed_after, pc.pairs),
-        flips=[f for f in flips if f.counted and f.failed_before != f.failed_after][:8], verdict=verdict,
-        notes=[*notes, (f"{len(flips)} images edited from {inv.class_prompt!r}; of the {pc.pairs} counted, "
-                        f"{pc.failed_before} fail before the edit; after the edit {pc.failed_after}/{pc.pairs} fail"),
+        mcnemar=mc, sham=sham_mc, original=stats.binomial_rate(pc.failed_before, pc.pairs),
+        edited=stats.binomial_rate(pc.failed_after, pc.pairs),
+        flips=[f for f in flips if f.counted and f.failed_sham != f.failed_after][:8], verdict=verdict,
+        notes=[*notes, (f"{len(flips)} images edited from {inv.class_prompt!r}, each also sham-edited (same editor, "
+                        f"caption unchanged); of the {pc.pairs} counted, {pc.failed_before} fail as generated, "
+                        f"{pc.failed_sham} sham-edited, {pc.failed_after} edited"),
                *([excluded] if excluded else [])],
         budget_charged=inv.budget.used - used,
     )

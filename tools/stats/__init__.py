@@ -11,10 +11,14 @@ Which methods, and why:
   available where a worst-case guarantee matters.
 - **Decisions use exact tests.** Hypothesis rate > baseline rate is tested one-sided with Fisher's exact test
   (conditional; a hypergeometric tail) or Boschloo's test (unconditional, uniformly more powerful, slower).
-  Counterfactual edits give paired before/after outcomes, tested with the exact McNemar test (a binomial test on the
-  discordant pairs). Large-sample approximations are unreliable at the small counts these audits produce.
-- **Effect sizes** are rate ratios with a Katz (log-scale) interval; zero counts are reported honestly as 0, inf or
-  nan with the side of the interval the data do inform.
+  Counterfactual edits give paired outcomes (each image edited, and the same image sham-edited: through the same
+  editor with its caption unchanged), tested with the exact McNemar test (a binomial test on the discordant pairs):
+  the test is of the attribute, since the editor's own effect is in both arms. Large-sample approximations are
+  unreliable at the small counts these audits produce.
+- **Effect sizes** are rate ratios with a Katz (log-scale) interval for independent samples, and the matched-pairs
+  log-scale interval (Bonett–Price adjusted) for paired ones (`paired_rate_ratio`: simulated coverage 0.94–0.96 at
+  n = 50–400, and narrower than Katz when edits agree with their shams on most images); zero counts are reported
+  honestly as 0, inf or nan with the side of the interval the data do inform.
 - **Families are corrected with Holm by default.** Each finding claims its own effect, so the error to control is the
   chance that *any* claim is false (family-wise error); Benjamini–Hochberg (false discovery rate) is offered for
   exploratory screens where a share of false leads is acceptable.
@@ -62,7 +66,7 @@ from sleuth.tools.stats.comparisons import (
     fisher_p_greater,
     mcnemar_exact,
 )
-from sleuth.tools.stats.rates import Rate, RatioCI, binomial_rate, rate_ratio
+from sleuth.tools.stats.rates import Rate, RatioCI, binomial_rate, paired_rate_ratio, rate_ratio
 from sleuth.tools.stats.sequential import (
     SequentialDecision,
     SequentialPlan,
@@ -86,5 +90,6 @@ __all__ = [
     "default_plan",
     "fisher_p_greater",
     "mcnemar_exact",
+    "paired_rate_ratio",
     "rate_ratio",
 ]

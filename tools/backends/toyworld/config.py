@@ -125,6 +125,9 @@ class World(_Strict):
         "the class-averaged natural prior, so no context attribute predicts the class (object colours stay)."))
     classifier_training: Training = Field(default_factory=Training)
     captioner_training: Training = Field(default_factory=lambda: Training(seed=1, n_per_class=800, epochs=5))
+    captioner_from: str | None = Field(None, description=(
+        "A packaged world whose attribute network this world uses instead of training its own (an off-the-shelf "
+        "captioner, as a real audit has): it must share this world's vocabulary, image size and captioner input."))
 
     @model_validator(mode="after")
     def _check(self) -> World:
@@ -148,6 +151,8 @@ class World(_Strict):
                 if d.class_ not in names:
                     raise ValueError(f"bugs[{i}].departures[{j}].class: unknown class {d.class_!r}")
                 self._check_dist(f"bugs[{i}].departures[{j}].train", d.attribute, d.train, total=False)
+        if self.captioner_from is not None and not _is_packaged(self.captioner_from):
+            raise ValueError(f"captioner_from: {self.captioner_from!r} is not a packaged world")
         for i, decoy in enumerate(self.decoys):
             if decoy.class_ not in names:
                 raise ValueError(f"decoys[{i}].class: unknown class {decoy.class_!r}")
@@ -209,8 +214,10 @@ class World(_Strict):
         return p
 
     def config_hash(self) -> str:
-        blob = json.dumps({"render": RENDER_VERSION, "world": self.model_dump(mode="json", by_alias=True)},
-                          sort_keys=True, separators=(",", ":"))
+        world = self.model_dump(mode="json", by_alias=True)
+        if world.get("captioner_from") is None:  # added later: worlds that train their own keep their hash
+            world.pop("captioner_from", None)
+        blob = json.dumps({"render": RENDER_VERSION, "world": world}, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -233,6 +240,10 @@ def _loc(loc: tuple[int | str, ...]) -> str:
     for part in loc:
         out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
     return out
+
+
+def _is_packaged(name: str) -> bool:
+    return resources.files("sleuth.tools.backends.toyworld").joinpath(f"worlds/{name}.yaml").is_file()
 
 
 def load_world(path: str | Path | None = None) -> World:

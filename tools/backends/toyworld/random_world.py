@@ -93,6 +93,7 @@ def random_world_data(seed: int, n_bugs: int = 5, n_decoys: int = 3) -> dict[str
         "vocabulary": vocab,
         "default_priors": {a: _vary(p, names[a], rng, 60.0) for a, p in base["default_priors"].items()},
         "classifier_training": base["classifier_training"], "captioner_training": base["captioner_training"],
+        "captioner_from": "default",  # an off-the-shelf captioner: only the classifier trains per world
     }
     classes = []
     for c in base["classes"]:

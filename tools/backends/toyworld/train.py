@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from safetensors import safe_open
 from safetensors.torch import save_file
 
+from sleuth.tools.backends.base import BackendError
 from sleuth.tools.backends.toyworld.config import World
 from sleuth.tools.backends.toyworld.nets import AttributeNet, ClassifierNet, to_tensor
 from sleuth.tools.backends.toyworld.parser import ParsedPrompt, Scene, sample_scenes
@@ -183,11 +184,31 @@ def state_dicts(world: World, progress: Progress | None = None) -> dict[str, tor
         return {k: f.get_tensor(k) for k in f.keys()}
 
 
+def borrowed_captioner(world: World, progress: Progress | None = None) -> dict[str, torch.Tensor]:
+    """The attribute network of the packaged world ``world.captioner_from`` (unprefixed), after checking it can
+    read this world's images: same vocabulary, image size and network input."""
+    from sleuth.tools.backends.toyworld.config import load_world
+
+    assert world.captioner_from is not None
+    donor = load_world(world.captioner_from)
+    if donor.captioner_from is not None:
+        raise BackendError(f"world {world.name}: captioner_from {donor.name!r} borrows its own captioner")
+    for what, mine, theirs in (("vocabulary", world.vocabulary, donor.vocabulary), ("size", world.size, donor.size),
+                               ("captioner_training", world.captioner_training, donor.captioner_training)):
+        if mine != theirs:
+            raise BackendError(f"world {world.name}: captioner_from {donor.name!r} has another {what}")
+    tensors = state_dicts(donor, progress)
+    return {k.removeprefix("captioner."): v for k, v in tensors.items() if k.startswith("captioner.")}
+
+
 def train_all(world: World, progress: Progress | None = None) -> dict[str, torch.Tensor]:
     clf = train_classifier(world, progress)
-    cap = train_captioner(world, progress)
     tensors = {f"classifier.{k}": v for k, v in clf.state_dict().items()}
-    tensors.update({f"captioner.{k}": v for k, v in cap.state_dict().items()})
+    if world.captioner_from is not None:
+        cap_state = borrowed_captioner(world, progress)
+    else:
+        cap_state = train_captioner(world, progress).state_dict()
+    tensors.update({f"captioner.{k}": v for k, v in cap_state.items()})
     return {k: v.detach().clone().contiguous() for k, v in tensors.items()}
 
 
