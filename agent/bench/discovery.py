@@ -1,10 +1,9 @@
-"""The planted-bug benchmark's pieces: one investigation, whether a caption names a planted bug, and calibration.
+"""The planted-bug benchmark's pieces: one investigation, and whether a caption names a planted bug.
 
 A finding *finds* a planted bug when its caption names the bug's attribute (read with the world's own parser, so "the
 background is white" names snow as well as "in the snow") and the oracle measures the effect real (``judge``);
-``multiworld`` runs and scores investigations over many worlds. Calibration runs investigations against a null
-classifier, whose errors do not depend on the image: any confirmed finding there is false, so the share of runs
-with one estimates the procedure's family-wise error rate.
+``multiworld`` runs and scores investigations over many worlds; ``calibrate`` runs them against null and partial-null
+classifiers, where which captions are null is known.
 """
 
 from __future__ import annotations
@@ -13,19 +12,17 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, overload
 
 from sleuth.agent.config import PlannerConfig, RunConfig
 from sleuth.agent.session import Session
-from sleuth.tools import stats
 from sleuth.tools.backends.base import Backends
-from sleuth.tools.backends.toyworld import load_backends
 from sleuth.tools.backends.toyworld.config import World
-from sleuth.tools.backends.toyworld.null import NullClassifier
 from sleuth.tools.backends.toyworld.parser import parse
 from sleuth.tools.cache import PredictionCache
-from sleuth.tools.defaults import ALPHA, BASELINE_N, BUDGET
+from sleuth.tools.defaults import ALPHA
 from sleuth.tools.findings import FindingSummary
+from sleuth.tools.investigation import Investigation
 
 Progress = Callable[[str, int, int], None]
 
@@ -43,8 +40,17 @@ class RunRecord:
     """Confirmed findings: caption, rate_ratio, and (after judging) oracle verdict and the bug it names."""
 
 
+@overload
 def run_investigation(backends: Backends, label: str, seed: int, planner: str, *, budget: int, baseline_n: int,
-                      run_dir: Path, criterion: str = "top1", alpha: float = ALPHA) -> RunRecord:
+                      run_dir: Path, criterion: str = ..., alpha: float = ...,
+                      with_investigation: Literal[False] = ...) -> RunRecord: ...
+@overload
+def run_investigation(backends: Backends, label: str, seed: int, planner: str, *, budget: int, baseline_n: int,
+                      run_dir: Path, criterion: str = ..., alpha: float = ...,
+                      with_investigation: Literal[True]) -> tuple[RunRecord, Investigation]: ...
+def run_investigation(backends: Backends, label: str, seed: int, planner: str, *, budget: int, baseline_n: int,
+                      run_dir: Path, criterion: str = "top1", alpha: float = ALPHA,
+                      with_investigation: bool = False) -> RunRecord | tuple[RunRecord, Investigation]:
     """One investigation with its own in-memory prediction cache, so planners are timed on equal terms."""
     # ``planner`` may be "llm:MODEL": PlannerConfig reads the model from the name.
     planner_config = PlannerConfig.model_validate({"name": planner, "baseline_n": baseline_n})
@@ -56,49 +62,12 @@ def run_investigation(backends: Backends, label: str, seed: int, planner: str, *
     seconds = time.perf_counter() - t0
     inv = session.investigation
     findings = [FindingSummary.of(label, f).model_dump(mode="json") for f in inv.findings if f.confirmed]
-    return RunRecord(planner, label, seed, result.status, inv.budget.used, round(seconds, 2),
-                     str(session.transcript), findings)
+    record = RunRecord(planner, label, seed, result.status, inv.budget.used, round(seconds, 2),
+                       str(session.transcript), findings)
+    return (record, inv) if with_investigation else record
 
 
 def names_bug(caption: str, bug: Any, world: World) -> bool:
     """Does ``caption`` ask for the bug's attribute values (as the world's parser reads it)?"""
     constraints = parse(caption, world).scene_constraints
     return all(value in constraints.get(attr, []) for attr, value in bug.attributes.items())
-
-
-@dataclass
-class Calibration:
-    """Investigations against the null classifier (no attribute changes its error rate): share with findings."""
-
-    runs: int = 50
-    planner: str = "protocol"
-    world: str | None = None
-    failure_rate: float = 0.05
-    budget: int = BUDGET
-    baseline_n: int = BASELINE_N
-    root: Path = Path("runs") / "calibrate"
-    progress: Progress | None = None
-
-    def run(self) -> dict[str, Any]:
-        toy = load_backends(self.world, progress=self.progress)
-        labels = list(toy.classifier.labels.labels)
-        records = []
-        for i in range(self.runs):
-            if self.progress is not None:
-                self.progress("calibration runs", i, self.runs)
-            label = labels[i % len(labels)]
-            null = NullClassifier(toy.classifier.labels, label, self.failure_rate, salt=i)
-            backends = Backends(generator=toy.generator, classifier=null, captioner=toy.captioner,
-                                embedder=toy.embedder, editor=toy.editor, class_prompt=toy.class_prompt)
-            records.append(run_investigation(backends, label, i, self.planner, budget=self.budget,
-                                             baseline_n=self.baseline_n,
-                                             run_dir=self.root / f"{label.replace(' ', '-')}-s{i}"))
-        if self.progress is not None:
-            self.progress("calibration runs", self.runs, self.runs)
-        with_findings = sum(1 for r in records if r.findings)
-        share = stats.binomial_rate(with_findings, len(records), method="clopper-pearson")
-        return {"planner": self.planner, "null_failure_rate": self.failure_rate, "runs": len(records),
-                "runs_with_findings": with_findings, "share_with_findings": share.rate,
-                "share_ci": [share.low, share.high], "target": 0.05,
-                "images": sum(r.images for r in records), "seconds": round(sum(r.seconds for r in records), 1),
-                "findings": [{"class": r.label, "seed": r.seed, **f} for r in records for f in r.findings]}

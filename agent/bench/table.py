@@ -60,3 +60,22 @@ def _bands(out: dict[str, Any]) -> list[str]:
     from sleuth.agent.bench.metrics import band_order
 
     return band_order(out.get("strength_bands") or (2.0, 5.0, 10.0, 20.0))
+
+
+def calibration_table(out: dict[str, Any]) -> Table:
+    """One row per planner and kind of classifier: how often a null hypothesis got through each stage."""
+    t = Table(title=f"Calibration on world {out['world']}: {out['runs_per_planner_and_kind']} runs per planner and "
+                    f"classifier, budget {out['budget']:,} images; runs in which a null hypothesis got through "
+                    f"(95% CI), target ≤ {100 * out['alpha']:.0f}% for confirmation and finding",
+              title_justify="left")
+    for col in ("planner", "classifier", "discovery (screen)", "confirmation", "finding", "real finding",
+                "images/run"):
+        t.add_column(col, justify="left" if col in ("planner", "classifier") else "right")
+    for planner, per in out["planners"].items():
+        for kind, v in per.items():
+            real = _rate(v.get("runs_with_a_real_finding")) if kind == "partial-null" else "–"
+            t.add_row(planner, kind, _rate(v["discovery"]), _rate(v["confirmation"]), _rate(v["finding"]), real,
+                      f"{v['images_per_run']:,}")
+    t.caption = ("held: every confirmation and finding rate ≤ alpha" if out["held"] else
+                 "NOT HELD: a confirmation or finding rate exceeds alpha")
+    return t

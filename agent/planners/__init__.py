@@ -42,6 +42,8 @@ class PlannerSpec:
     build: Callable[[PlannerConfig, PlanFor], Planner]
     offline: bool = True
     """Needs no language model (the benchmark's default set)."""
+    adversarial: bool = False
+    """A script that tries to get unsupported findings past the tools (calibration only; never a default)."""
 
 
 def _protocol(c: PlannerConfig, p: PlanFor) -> Planner:
@@ -80,6 +82,23 @@ def _llm(c: PlannerConfig, p: PlanFor) -> Planner:
     return planner
 
 
+def _adversary(name: str) -> Callable[[PlannerConfig, PlanFor], Planner]:
+    def build(c: PlannerConfig, p: PlanFor) -> Planner:
+        from sleuth.agent.planners.adversarial import CLASSES
+
+        return CLASSES[name](name, p.label, p.class_prompt)
+
+    return build
+
+
+_ADVERSARY_HELP = {
+    "adv-early": "adversary: records straight after discovery, then on unadjusted p-values",
+    "adv-mismatch": "adversary: cites one caption's discovery for another caption's confirmation",
+    "adv-repeat": "adversary: confirms one caption over and over until an attempt passes",
+    "adv-many": "adversary: confirms as many different captions as the tools allow",
+    "adv-peek": "adversary: the smallest confirmation baseline, then asks to top it up; many small looks",
+}
+
 PLANNERS: dict[str, PlannerSpec] = {s.name: s for s in (
     PlannerSpec("protocol", "captioning + single-attribute perturbations, refinement, counterfactuals, confirmation "
                             "(offline, deterministic; the default)", _protocol),
@@ -87,11 +106,15 @@ PLANNERS: dict[str, PlannerSpec] = {s.name: s for s in (
                          "edits)", _wiles),
     PlannerSpec("random", "random caption perturbations on a fixed sample size, same budget, confirmation", _random),
     PlannerSpec("llm", "a language model through litellm (--llm MODEL)", _llm, offline=False),
+    *(PlannerSpec(name, text, _adversary(name), adversarial=True) for name, text in _ADVERSARY_HELP.items()),
 )}
 
 
-OFFLINE_PLANNERS = tuple(name for name, spec in PLANNERS.items() if spec.offline)
+OFFLINE_PLANNERS = tuple(name for name, spec in PLANNERS.items() if spec.offline and not spec.adversarial)
 """The planners that need no language model (the benchmark runs them by default)."""
+
+ADVERSARIAL_PLANNERS = tuple(name for name, spec in PLANNERS.items() if spec.adversarial)
+"""Scripts that play tricks on the tools (``sleuth bench discovery --calibrate`` runs them)."""
 
 
 def build_planner(config: PlannerConfig, target: PlanFor) -> Planner:

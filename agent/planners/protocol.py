@@ -94,7 +94,7 @@ class ProtocolPlanner(ScriptPlanner):
     explore_types = ("background", "domain", "object", "adjective")
 
     def __init__(self, label: str, class_prompt: str, *, baseline_n: int = BASELINE_N, max_hypotheses: int = 6,
-                 max_refine: int = 8, max_n: int = 800, explore_n: int = 100, screen_n: int = 30,
+                 max_refine: int = 10, max_n: int = 800, explore_n: int = 100, screen_n: int = 30,
                  explore_top: int = 24, explore_max_n: int = 400, explore_first_n: int = 50, explore: bool = True,
                  refine: bool = True, counterfactual: bool = True, budget: int | None = None,
                  screen_share: float = 0.25, name: str = "protocol") -> None:
@@ -113,6 +113,9 @@ class ProtocolPlanner(ScriptPlanner):
         self.max_refine = max_refine
         self.max_n = max_n
         self.explore_n = explore_n
+        self.budget = budget
+        self.counterfactual_n = 100
+        """Class images a counterfactual test edits (each also sham-edited): 100 pairs show a strong mechanism."""
         self.max_screens = None if budget is None else int(budget * screen_share) // screen_n
         self.screen_n = screen_n
         self.explore_top = explore_top
@@ -183,13 +186,17 @@ class ProtocolPlanner(ScriptPlanner):
             return
         listing = "; ".join(f"{h.caption!r} ({h.n_images} images, predicted {h.predicted_label})"
                             for h in hyps) or "none"
+        hyp_n, explore_n, kept = self._discovery_sizes(len(hyps), len(explore))
         measured = yield self.turn(
             f"{len(hyps)} caption hypotheses, largest cluster first: {listing}. And {len(explore)} single-attribute "
             "perturbations that screened above the baseline. I measure each on fresh seeds against the baseline; "
             "sequential stopping spends few images on hypotheses that show no effect, and every p-value is adjusted "
-            "over the whole family.",
-            *[self.measure(h.caption, target_label=h.predicted_label, max_n=self.max_n) for h in hyps],
-            *[self.measure(c, max_n=self.explore_max_n, first_n=self.explore_first_n) for c in explore],
+            "over the whole family." + (f" I keep {kept} images for refining, testing the mechanism and confirming, "
+                                        f"so each test here stops at {hyp_n} (caption hypotheses) or {explore_n} "
+                                        "(perturbations) images." if kept else ""),
+            *[self.measure(h.caption, target_label=h.predicted_label, max_n=hyp_n,
+                           first_n=min(100, hyp_n)) for h in hyps],
+            *[self.measure(c, max_n=explore_n, first_n=min(self.explore_first_n, explore_n)) for c in explore],
         )
         tested: dict[str, Measured] = {}
         targets: list[str | None] = [h.predicted_label for h in hyps] + [None] * len(explore)
@@ -232,6 +239,27 @@ class ProtocolPlanner(ScriptPlanner):
                 + (f"Confirmed findings: {'; '.join(findings)}. " if findings else "No finding was confirmed. ")
                 + f"{len(ruled_out)} of {len(tested)} hypotheses were not supported.")
         yield self.finish(text)
+
+    def _per_confirmation(self) -> int:
+        """Images one refined hypothesis may take after discovery: its confirmation (up to ``max_n``) and, with
+        counterfactuals, ``counterfactual_n`` class images edited and sham-edited."""
+        return self.max_n + (self.counterfactual_n * 3 if self.counterfactual else 0)
+
+    def _discovery_sizes(self, n_hyps: int, n_explore: int) -> tuple[int, int, int]:
+        """Most images per discovery test (caption hypotheses, perturbations) and the images kept back for what
+        follows: discovery may not eat the budget the confirmations need. Without a known budget, the defaults."""
+        left = self.images_left()
+        if left is None or self.budget is None or not n_hyps + n_explore:
+            return self.max_n, self.explore_max_n, 0
+        keep = min(self.max_refine * self._per_confirmation(), left // 3)
+        allowance = left - keep
+        # Sequential tests stop early for futility on most hypotheses: they use about 60% of their maximum.
+        expected = 0.6 * (n_hyps * self.max_n + n_explore * self.explore_max_n)
+        if expected <= allowance:
+            return self.max_n, self.explore_max_n, keep
+        scale = allowance / expected
+        return (max(50, int(self.max_n * scale) // 10 * 10), max(30, int(self.explore_max_n * scale) // 10 * 10),
+                keep)
 
     def _unique(self, hyps: list[caption_failures.Hypothesis]) -> list[caption_failures.Hypothesis]:
         seen: set[str] = set()
@@ -282,7 +310,7 @@ class ProtocolPlanner(ScriptPlanner):
         controls = [e.caption for e in (pert.edits if pert else []) if e.caption not in tested][:1]
         results = yield self.turn(
             "Counterfactual edits, and the control " + (repr(controls[0]) if controls else "(none available)") + ".",
-            self.measure(caption, target_label=target, mode="counterfactual"),
+            self.measure(caption, target_label=target, mode="counterfactual", max_n=self.counterfactual_n),
             *[self.measure(c, target_label=target, max_n=self.max_n) for c in controls],
         )
         cf = ok(results[0], measure_rate.Result)

@@ -62,11 +62,20 @@ class ScriptPlanner:
         """Written as the turns' ``model``: which procedure took them."""
         self._script: Script | None = None
         self._calls = 0
+        self._events: Sequence[Event] = ()
 
     def script(self) -> Script:
         raise NotImplementedError
 
+    def images_left(self) -> int | None:
+        """Images left in the budget after the latest call that reported it (None before any did)."""
+        for e in reversed(self._events):
+            if isinstance(e, ToolReturned) and e.images_left is not None:
+                return e.images_left
+        return None
+
     def next_turn(self, events: Sequence[Event]) -> Turn:
+        self._events = events
         if self._script is None:
             self._script = self.script()
             return next(self._script)
