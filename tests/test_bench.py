@@ -7,7 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from sleuth.agent.bench.discovery import Calibration, names_bug
+from sleuth.agent.bench.calibrate import Calibration
+from sleuth.agent.bench.discovery import names_bug
 from sleuth.agent.cli import main
 from sleuth.tools import stats
 from sleuth.tools.backends.toyworld import Oracle, load_backends
@@ -50,12 +51,20 @@ def test_a_caption_names_a_bug_as_the_world_reads_it(oracle):
     assert not names_bug("a painting of a goldfish.", sketch, oracle.world)
 
 
-def test_calibration_runs_against_the_null_classifier_confirm_nothing(tmp_path):
-    out = Calibration(runs=3, budget=6000, baseline_n=500, root=tmp_path).run()
-    assert out["runs"] == 3 and out["runs_with_findings"] == 0 and out["share_with_findings"] == 0.0
-    # Clopper-Pearson upper bound for 0/3.
-    assert out["share_ci"][1] == pytest.approx(1 - 0.025 ** (1 / 3), rel=1e-6)
-    assert out["images"] > 3 * 500
+def test_calibration_counts_null_hypotheses_through_each_stage(tmp_path):
+    out = Calibration(runs=3, planners=["protocol", "adv-many"], budget=8000, baseline_n=500, root=tmp_path).run()
+    assert len(out["runs"]) == 2 * 2 * 3 and out["held"]
+    for planner in ("protocol", "adv-many"):
+        for kind in ("null", "partial-null"):
+            v = out["planners"][planner][kind]
+            assert v["finding"]["k"] == 0 and v["finding"]["n"] == 3
+            # Clopper-Pearson upper bound for 0/3.
+            assert v["finding"]["ci"][1] == pytest.approx(1 - 0.025 ** (1 / 3), rel=1e-6)
+    # Against a partial-null classifier the real failures (the hot value) are there to be found, and are.
+    partial = [r for r in out["runs"] if r["kind"] == "partial-null" and r["planner"] == "protocol"]
+    assert sum(bool(r["real_findings"]) for r in partial) >= 2, partial
+    many = [r for r in out["runs"] if r["planner"] == "adv-many"]
+    assert all(r["confirmations"] == 10 for r in many)  # the whole declared family, and not one attempt more
 
 
 def test_bench_discovery_command_scores_a_subset(capsys, tmp_path):

@@ -70,6 +70,7 @@ def fake_investigation(backends, label, seed, planner, *, budget, baseline_n, ru
 
 @pytest.fixture
 def fakes(monkeypatch):
+    monkeypatch.setattr(multiworld, "START_METHOD", "fork")  # the workers must see the patches
     monkeypatch.setattr(multiworld, "prepare_world", fake_prepare)
     monkeypatch.setattr(multiworld, "_loaded", fake_loaded)
     monkeypatch.setattr(discovery, "run_investigation", fake_investigation)

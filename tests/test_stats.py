@@ -249,3 +249,42 @@ def test_mcnemar_equals_binomtest_on_discordant_pairs(alternative):
     for b, c in [(0, 1), (1, 0), (5, 5), (9, 1), (3, 17), (60, 0), (40, 25)]:
         ref = st.binomtest(b, b + c, 0.5, alternative=alternative).pvalue
         assert stats.mcnemar_exact(b, c, alternative=alternative).p_value == pytest.approx(ref, rel=1e-12)
+
+
+def test_paired_rate_ratio_is_exact_on_its_formula_and_handles_empty_cells():
+    from sleuth.tools.stats import paired_rate_ratio
+
+    r = paired_rate_ratio(10, 30, 5, 200)  # (10 + 30) / (10 + 5)
+    assert r.ratio == pytest.approx(40 / 15)
+    se = math.sqrt((30 + 5 + 1) / (40.5 * 15.5))
+    assert r.low == pytest.approx(40.5 / 15.5 * math.exp(-1.959964 * se), rel=1e-5)
+    assert r.high == pytest.approx(40.5 / 15.5 * math.exp(1.959964 * se), rel=1e-5)
+    zero_base = paired_rate_ratio(0, 12, 0, 100)
+    assert zero_base.ratio == math.inf and zero_base.high == math.inf and zero_base.low > 1
+    none = paired_rate_ratio(0, 0, 0, 100)
+    assert math.isnan(none.ratio) and (none.low, none.high) == (0.0, math.inf)
+    with pytest.raises(ValueError):
+        paired_rate_ratio(50, 40, 20, 100)
+
+
+@pytest.mark.parametrize("n,p0,rr,agree", [(100, 0.05, 3.0, 0.9), (200, 0.1, 1.5, 0.5), (50, 0.2, 2.0, 0.8),
+                                           (200, 0.02, 10.0, 0.9)])
+def test_paired_rate_ratio_covers_and_is_narrower_than_katz_on_paired_data(n, p0, rr, agree):
+    """Simulated coverage of the matched-pairs interval within 2.5 points of 95% (3,000 draws: SE 0.4 points),
+    and a median width below the two-sample Katz interval's on the same counts."""
+    from sleuth.tools.stats import paired_rate_ratio, rate_ratio
+
+    rng = np.random.default_rng(11)
+    p1 = p0 * rr
+    both = min(p0, p1) * agree
+    cells = [both, p1 - both, p0 - both, 1 - p1 - p0 + both]
+    covered, widths, katz = 0, [], []
+    for c in rng.multinomial(n, cells, size=3000):
+        r = paired_rate_ratio(int(c[0]), int(c[1]), int(c[2]), n)
+        covered += r.low <= rr <= r.high
+        k = rate_ratio(int(c[0] + c[1]), n, int(c[0] + c[2]), n)
+        if 0 < r.low and r.high < math.inf and 0 < k.low and k.high < math.inf:
+            widths.append(math.log(r.high / r.low))
+            katz.append(math.log(k.high / k.low))
+    assert abs(covered / 3000 - 0.95) < 0.025
+    assert np.median(widths) < np.median(katz)

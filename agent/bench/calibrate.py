@@ -19,6 +19,7 @@ confirmation rate it rests on, stay at or below alpha for every planner, adversa
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -35,6 +36,9 @@ HOT: tuple[tuple[str, str], ...] = (("lighting", "night"), ("lighting", "dusk"),
 
 KINDS = ("null", "partial-null")
 STAGES = ("discovery", "confirmation", "finding")
+
+START_METHOD = "spawn"
+"""How worker processes start (tests that patch module functions fork instead)."""
 
 
 @dataclass(frozen=True)
@@ -106,6 +110,7 @@ def calibration_run(job: CalibrationJob) -> dict[str, Any]:
     """One investigation against a (partial-)null classifier, and which stages let a null hypothesis through."""
     from sleuth.agent.bench.discovery import run_investigation
     from sleuth.tools.backends.base import Backends
+    from sleuth.tools.backends.toyworld.config import load_world
     from sleuth.tools.backends.toyworld.null import (
         LedgerEditor,
         LedgerGenerator,
@@ -114,8 +119,6 @@ def calibration_run(job: CalibrationJob) -> dict[str, Any]:
         SceneLedger,
         hot_share,
     )
-
-    from sleuth.tools.backends.toyworld.config import load_world
 
     toy = _toy(job.world)
     world = load_world(job.world)
@@ -136,9 +139,9 @@ def calibration_run(job: CalibrationJob) -> dict[str, Any]:
                                            job.hot_rate, salt=job.index)
     backends = Backends(generator=generator, classifier=classifier, captioner=toy.captioner, embedder=toy.embedder,
                         editor=editor, class_prompt=toy.class_prompt)
-    record, inv = run_investigation(backends, label, seed, job.planner, budget=job.budget,
-                                    baseline_n=job.baseline_n, alpha=job.alpha, with_investigation=True,
-                                    run_dir=job.root / job.planner / job.kind / f"{label.replace(' ', '-')}-{job.index}")
+    run_dir = job.root / job.planner / job.kind / f"{label.replace(' ', '-')}-{job.index}"
+    record, inv = run_investigation(backends, label, seed, job.planner, budget=job.budget, baseline_n=job.baseline_n,
+                                    alpha=job.alpha, with_investigation=True, run_dir=run_dir)
     base_share = hot_share(world, inv.class_prompt, *hot) if hot else 0.0
 
     def null(caption: str) -> bool:
@@ -221,7 +224,10 @@ class Calibration:
                 tick(len(runs))
         else:
             threads = max(1, (os.cpu_count() or 1) // self.jobs)
-            with ProcessPoolExecutor(max_workers=self.jobs, initializer=_init_worker, initargs=(threads,)) as pool:
+            # START_METHOD: spawn, not fork, since a process that has run torch (OpenMP threads) can deadlock a
+        # forked child that runs torch too.
+            with ProcessPoolExecutor(max_workers=self.jobs, initializer=_init_worker, initargs=(threads,),
+                                     mp_context=multiprocessing.get_context(START_METHOD)) as pool:
                 for fut in as_completed([pool.submit(calibration_run, j) for j in jobs]):
                     runs.append(fut.result())
                     tick(len(runs))

@@ -11,6 +11,7 @@ and the same settings reuses those files, so an interrupted benchmark loses noth
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import shutil
 import time
@@ -27,6 +28,9 @@ from sleuth.tools.backends.toyworld.config import World
 
 Progress = Callable[[str, int, int], None]
 RESULT_VERSION = 1
+
+START_METHOD = "spawn"
+"""How worker processes start (tests that patch module functions fork instead)."""
 
 
 @dataclass(frozen=True)
@@ -196,7 +200,10 @@ class MultiWorldBench:
         runs: list[dict[str, Any]] = []
         prepared: list[dict[str, Any]] = []
         t0 = time.perf_counter()
-        with ProcessPoolExecutor(max_workers=self.jobs, initializer=_init_worker, initargs=(threads,)) as pool:
+        # START_METHOD: spawn, not fork, since a process that has run torch (OpenMP threads) can deadlock a
+        # forked child that runs torch too.
+        with ProcessPoolExecutor(max_workers=self.jobs, initializer=_init_worker, initargs=(threads,),
+                                 mp_context=multiprocessing.get_context(START_METHOD)) as pool:
             pending: dict[Future[Any], str] = {}
             for w in self.worlds:
                 if todo[w.key]:

@@ -115,6 +115,9 @@ class ProtocolPlanner(ScriptPlanner):
         self.explore_n = explore_n
         self.budget = budget
         self.counterfactual_n = 100
+        self.batch = 8
+        """Discovery tests per turn when the budget is tight (checked between turns)."""
+        self._confirmed_once = False
         """Class images a counterfactual test edits (each also sham-edited): 100 pairs show a strong mechanism."""
         self.max_screens = None if budget is None else int(budget * screen_share) // screen_n
         self.screen_n = screen_n
@@ -187,17 +190,35 @@ class ProtocolPlanner(ScriptPlanner):
         listing = "; ".join(f"{h.caption!r} ({h.n_images} images, predicted {h.predicted_label})"
                             for h in hyps) or "none"
         hyp_n, explore_n, kept = self._discovery_sizes(len(hyps), len(explore))
-        measured = yield self.turn(
-            f"{len(hyps)} caption hypotheses, largest cluster first: {listing}. And {len(explore)} single-attribute "
-            "perturbations that screened above the baseline. I measure each on fresh seeds against the baseline; "
-            "sequential stopping spends few images on hypotheses that show no effect, and every p-value is adjusted "
-            "over the whole family." + (f" I keep {kept} images for refining, testing the mechanism and confirming, "
-                                        f"so each test here stops at {hyp_n} (caption hypotheses) or {explore_n} "
-                                        "(perturbations) images." if kept else ""),
-            *[self.measure(h.caption, target_label=h.predicted_label, max_n=hyp_n,
-                           first_n=min(100, hyp_n)) for h in hyps],
-            *[self.measure(c, max_n=explore_n, first_n=min(self.explore_first_n, explore_n)) for c in explore],
-        )
+        planned = [(h.caption, hyp_n, self.measure(h.caption, target_label=h.predicted_label, max_n=hyp_n,
+                                                   first_n=min(100, hyp_n))) for h in hyps]
+        planned += [(c, explore_n, self.measure(c, max_n=explore_n, first_n=min(self.explore_first_n, explore_n)))
+                    for c in explore]
+        intro = (f"{len(hyps)} caption hypotheses, largest cluster first: {listing}. And {len(explore)} "
+                 "single-attribute perturbations that screened above the baseline. I measure each on fresh seeds "
+                 "against the baseline; sequential stopping spends few images on hypotheses that show no effect, and "
+                 "every p-value is adjusted over the whole family."
+                 + (f" I keep {kept} images for refining, testing the mechanism and confirming, so each test here "
+                    f"stops at {hyp_n} (caption hypotheses) or {explore_n} (perturbations) images, and I measure in "
+                    "batches, strongest first, while the images outside that reserve pay for a batch's worst case."
+                    if kept else ""))
+        measured: Results = []
+        while len(measured) < len(planned):
+            batch = planned[len(measured):] if not kept else []
+            if kept:
+                room = (self.images_left() or 0) - kept
+                for item in planned[len(measured):len(measured) + self.batch]:
+                    if room < item[1]:
+                        break
+                    batch.append(item)
+                    room -= item[1]
+                if not batch:
+                    measured += [CallFailed("not measured: the images left are kept for confirmation")] * (
+                        len(planned) - len(measured))
+                    break
+            measured += (yield self.turn(intro if not measured else
+                                         f"Next {len(batch)} hypotheses ({len(measured)} of {len(planned)} measured).",
+                                         *[call for _, _, call in batch]))
         tested: dict[str, Measured] = {}
         targets: list[str | None] = [h.predicted_label for h in hyps] + [None] * len(explore)
         for c, target, r in zip([h.caption for h in hyps] + explore, targets, measured):
@@ -225,7 +246,7 @@ class ProtocolPlanner(ScriptPlanner):
             if attempts == self.max_refine:
                 break
             refined = yield from (self._refine(m, tested) if self.refine and n_sentences(m.caption) > 2
-                                  else _same(m))
+                                  and self._affords(2 * self.max_n) else _same(m))
             key = content_key(refined.caption)  # one hypothesis, however its sentences are joined
             if key in done:
                 continue
@@ -245,13 +266,20 @@ class ProtocolPlanner(ScriptPlanner):
         counterfactuals, ``counterfactual_n`` class images edited and sham-edited."""
         return self.max_n + (self.counterfactual_n * 3 if self.counterfactual else 0)
 
+    def _affords(self, extra: int) -> bool:
+        """Whether the images left pay for ``extra`` and still for a confirmation (and its baseline, once)."""
+        left = self.images_left()
+        if left is None or self.budget is None:
+            return True
+        return left >= extra + self.max_n + (0 if self._confirmed_once else self.baseline_n)
+
     def _discovery_sizes(self, n_hyps: int, n_explore: int) -> tuple[int, int, int]:
         """Most images per discovery test (caption hypotheses, perturbations) and the images kept back for what
         follows: discovery may not eat the budget the confirmations need. Without a known budget, the defaults."""
         left = self.images_left()
         if left is None or self.budget is None or not n_hyps + n_explore:
             return self.max_n, self.explore_max_n, 0
-        keep = min(self.max_refine * self._per_confirmation(), left // 3)
+        keep = min(self.baseline_n + self.max_refine * self._per_confirmation(), left // 3)
         allowance = left - keep
         # Sequential tests stop early for futility on most hypotheses: they use about 60% of their maximum.
         expected = 0.6 * (n_hyps * self.max_n + n_explore * self.explore_max_n)
@@ -299,6 +327,9 @@ class ProtocolPlanner(ScriptPlanner):
         caption, target = m.caption, m.target
         if not self.counterfactual:
             return (yield from self._confirm(m, None, "no counterfactual test in this procedure"))
+        if not self._affords(3 * self.counterfactual_n + self.explore_max_n):
+            return (yield from self._confirm(m, None, "no counterfactual test: the images left are kept for the "
+                                                      "confirmation"))
         (first,) = yield self.turn(
             f"Refined hypothesis {caption!r} ({ratio_text(m.result.rate_ratio)}). To test the mechanism I edit fresh "
             "class images so that only the captioned attribute changes (paired McNemar test), and I measure a LANCE "
@@ -333,6 +364,7 @@ class ProtocolPlanner(ScriptPlanner):
             "image used so far.",
             self.measure(caption, target_label=target, confirm=True, max_n=self.max_n),
         )
+        self._confirmed_once = True
         conf = ok(first, measure_rate.Result)
         if conf is None or conf.verdict != "supported":
             why = first.error if conf is None else (

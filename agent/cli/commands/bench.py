@@ -26,8 +26,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     t.add_argument("--json", action="store_true", help="Print the numbers as JSON.")
     t.set_defaults(_bench_run=run_throughput)
 
-    from sleuth.agent.planners import OFFLINE_PLANNERS as PLANNERS
     from sleuth.agent.planners import ADVERSARIAL_PLANNERS as ADVERSARIES
+    from sleuth.agent.planners import OFFLINE_PLANNERS as PLANNERS
     from sleuth.agent.planners import PLANNERS as REGISTRY
 
     d = sub.add_parser(
@@ -38,10 +38,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                     "for its rate ratio lies above 1.2), images and seconds per class, images until each bug is first "
                     "confirmed, and recall against budget. Classes run in parallel processes; results are filed as "
                     "they finish and reused by a later run with the same --out. --calibrate instead runs "
-                    "investigations against null classifiers (errors independent of the image) and partial-null ones (one "
-                    "attribute value matters, so which captions are null is known), with the offline planners and "
-                    "adversarial scripts, and reports per planner how often a null hypothesis got through discovery, "
-                    "confirmation and recording (k/n runs with 95%% intervals; the guarantee: at most alpha). "
+                    "investigations against null classifiers (errors independent of the image) and partial-null "
+                    "ones (one attribute value matters, so which captions are null is known), with the offline "
+                    "planners and adversarial scripts, and reports per planner how often a null hypothesis got "
+                    "through discovery, confirmation and recording (k/n runs with 95%% intervals; the guarantee: "
+                    "at most alpha). "
                     "Planners: " + "; ".join(f"{k}: {REGISTRY[k].help}" for k in PLANNERS) + ".")
     d.add_argument("--worlds", help="Comma list of worlds: random:N (random worlds 0..N-1), packaged names "
                                     "(default, nobugs) or config files (default: default).")
