@@ -36,6 +36,9 @@ class PlannerConfig(BaseModel):
     baseline_n: int = Field(BASELINE_N, ge=50, le=20_000,
                             description="Images of the class baseline the planner asks for.")
     max_turns: int = Field(100, ge=1, le=10_000, description="Most planner turns in one run.")
+    max_seconds: float | None = Field(None, gt=0, le=7 * 86_400, description=(
+        "Most wall-clock seconds of planning and tool calls in one run; the run ends after the turn that crosses "
+        "it (status time_limit), findings kept."))
     llm: LLMConfig | None = Field(None, description="The language model of the llm planner.")
     sees_images: bool = Field(False, description="Show a vision model thumbnails of the latest results' images.")
     context_tokens: int = Field(24_000, ge=2_000, le=2_000_000,

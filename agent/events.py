@@ -21,7 +21,7 @@ SCHEMA_VERSION = 1
 UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
 """``UPGRADES[n]`` maps an event dict of schema version ``n`` to version ``n + 1`` (append only, never edit)."""
 
-Status = Literal["completed", "interrupted", "error", "max_turns"]
+Status = Literal["completed", "interrupted", "error", "max_turns", "budget_spent", "time_limit"]
 
 
 def json_safe(obj: Any) -> Any:

@@ -42,6 +42,7 @@ from sleuth.agent.events import (
 )
 from sleuth.agent.transcript import TranscriptWriter
 from sleuth.tools.context import ToolContext
+from sleuth.tools.investigation import BUDGET_EXHAUSTED
 from sleuth.tools.registry import Registry, ToolError
 
 if TYPE_CHECKING:
@@ -157,6 +158,8 @@ class Runner:
     """Held while a tool (named) runs; a chat shows its progress bars."""
     bug_written: bool = field(default=False, init=False)
     """A bug's ``error`` event is written (the caller closes the run)."""
+    last_outcomes: list[Outcome] = field(default_factory=list, init=False)
+    """What the latest turn's calls returned."""
 
     def append(self, event: Event) -> Event:
         with self.shield():
@@ -208,11 +211,13 @@ class Runner:
                                  images_left=inv.budget.left if inv is not None else None))
         return outcome
 
-    def run_calls(self, calls: Sequence[ToolCall]) -> None:
+    def run_calls(self, calls: Sequence[ToolCall]) -> list[Outcome]:
+        outcomes = []
         for call in calls:
-            self.call_tool(call)
+            outcomes.append(self.call_tool(call))
             if self.ctx.finished:
                 break
+        return outcomes
 
     # -- turns -------------------------------------------------------------------------------------------------
 
@@ -230,14 +235,23 @@ class Runner:
             self._bug(e, f"planner {planner.name}")
             raise
         self.append(PlannerTurn(**turn.model_dump()))
-        self.run_calls(turn.tool_calls)
+        self.last_outcomes = self.run_calls(turn.tool_calls)
         return turn
 
-    def drive(self, planner: Planner, max_turns: int) -> tuple[Status, str | None, int]:
-        """Turns until the planner answers, a tool finishes the run, it fails, or ``max_turns`` are taken; returns
-        (status, answer, turns taken). Writes no ``run_finished``: a chat goes on after its planner is done."""
+    def budget_spent(self) -> bool:
+        """The latest turn called tools and every call was refused for want of images: the budget is spent, and
+        the run ends cleanly (its findings are recorded already) instead of failing turn after turn."""
+        outs = self.last_outcomes
+        return bool(outs) and all(not o.ok and (o.error or "").startswith(BUDGET_EXHAUSTED) for o in outs)
+
+    def drive(self, planner: Planner, max_turns: int,
+              max_seconds: float | None = None) -> tuple[Status, str | None, int]:
+        """Turns until the planner answers, a tool finishes the run, it fails, ``max_turns`` are taken, the image
+        budget is spent or ``max_seconds`` have passed; returns (status, answer, turns taken). Writes no
+        ``run_finished``: a chat goes on after its planner is done."""
         if max_turns < 1:
             return "max_turns", None, 0
+        start = time.monotonic()
         for n in range(1, max_turns + 1):
             turn = self.take_turn(planner)
             if turn is None:
@@ -246,6 +260,10 @@ class Runner:
                 return "completed", self.ctx.final_answer, n
             if turn.final is not None and not turn.tool_calls:
                 return "completed", turn.final, n
+            if self.budget_spent():
+                return "budget_spent", None, n
+            if max_seconds is not None and time.monotonic() - start >= max_seconds:
+                return "time_limit", None, n
         return "max_turns", None, max_turns
 
     @contextmanager
@@ -263,13 +281,13 @@ class Runner:
             raise
 
     def run(self, planner: Planner, *, max_turns: int = 100, run_started: RunStarted | None = None,
-            turns_taken: int = 0) -> RunResult:
+            turns_taken: int = 0, max_seconds: float | None = None) -> RunResult:
         """Run ``planner`` to the end of the run (see the module's error policy); always writes ``run_finished``.
         ``turns_taken``: turns a resumed run had already taken (they count towards ``max_turns``)."""
         with self.guard():
             if run_started is not None:
                 self.append(run_started)
-            status, answer, n = self.drive(planner, max_turns - turns_taken) if turns_taken < max_turns \
-                else ("max_turns", None, 0)
+            status, answer, n = self.drive(planner, max_turns - turns_taken, max_seconds) \
+                if turns_taken < max_turns else ("max_turns", None, 0)
         self.finish(status, answer)
         return RunResult(status=status, answer=answer, n_turns=n + turns_taken, events=len(self.writer.events))

@@ -121,4 +121,5 @@ class Session:
     def run(self, planner: Planner, *, max_turns: int | None = None) -> RunResult:
         with TranscriptWriter(self.transcript) as writer:
             return self.runner(writer).run(planner, max_turns=max_turns or self.config.planner.max_turns,
+                                           max_seconds=self.config.planner.max_seconds,
                                            run_started=self.started_event(planner.name))

@@ -51,11 +51,20 @@ def test_cat_investigation_confirms_cat_in_snow(capsys, tmp_path):
     assert refs and all((Path(out["transcript"]).parent / "artifacts" / r[:2] / f"{r}.png").is_file() for r in refs)
 
 
+def test_max_seconds_stops_the_run_with_its_own_status_and_exit_1(capsys, tmp_path):
+    code = main(["investigate", "--runs", str(tmp_path), "--json", "--class", "cat", "--max-seconds", "0.001"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 1 and out["status"] == "time_limit"
+    events = read_transcript(out["transcript"])
+    assert sum(e.kind == "planner_turn" for e in events) == 1 and events[-1].status == "time_limit"
+
+
 @pytest.mark.parametrize("args, message", [
     (["--class", "kat"], "Did you mean: cat"),
     (["--class", "cat", "--budget", "0"], "--budget"),
     (["--class", "cat", "--budget", "99999999"], "--budget"),
     (["--class", "cat", "--world", "no-such-world"], "not a packaged world"),
+    (["--class", "cat", "--max-seconds", "-1"], "--max-seconds"),
 ])
 def test_bad_input_is_one_line_and_exit_2(capsys, tmp_path, args, message):
     assert main(["investigate", "--runs", str(tmp_path), *args]) == 2

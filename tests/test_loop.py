@@ -53,6 +53,17 @@ def _refuse(args, ctx):
     raise ToolError("the image budget is exhausted: 0 of 100 images left")
 
 
+def _spent(args, ctx):
+    raise ToolError("image budget exhausted: 100 images asked, 20 of 20000 left")
+
+
+def _slow(args, ctx):
+    import time
+
+    time.sleep(0.05)
+    return Empty()
+
+
 def _crash(args, ctx):
     raise RuntimeError("index out of range in the sampler")
 
@@ -67,6 +78,12 @@ REGISTRY = Registry([tool_from_module(m) for m in (
     tool_module("refuse", "Always refuses.", NoArgs, Empty, _refuse),
     tool_module("crash", "Has a bug.", NoArgs, Empty, _crash),
     tool_module("finish", "End the run.", FinishArgs, Done, _finish),
+)])
+LIMITS = Registry([tool_from_module(m) for m in (
+    tool_module("add", "Add two integers.", AddArgs, AddResult, lambda args, ctx: AddResult(sum=args.a + args.b)),
+    tool_module("refuse", "Always refuses.", NoArgs, Empty, _refuse),
+    tool_module("spent", "Refuses for want of images.", NoArgs, Empty, _spent),
+    tool_module("slow", "Takes a while.", NoArgs, Empty, _slow),
 )])
 
 STARTED = RunStarted(run_id="t", command="test", planner="scripted")
@@ -87,10 +104,11 @@ def returned(events):
     return out
 
 
-def run(tmp_path, turns, **kw):
+def run(tmp_path, turns, registry=REGISTRY, **kw):
     path = tmp_path / "transcript.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
     with TranscriptWriter(path) as writer:
-        result = Runner(REGISTRY, ToolContext(), writer).run(ScriptedPlanner(turns), run_started=STARTED, **kw)
+        result = Runner(registry, ToolContext(), writer).run(ScriptedPlanner(turns), run_started=STARTED, **kw)
     return result, read_transcript(path)
 
 
@@ -178,6 +196,28 @@ def test_max_turns(tmp_path):
     result, events = run(tmp_path, keep_adding, max_turns=3)
     assert (result.status, result.n_turns) == ("max_turns", 3)
     assert [e.kind for e in events].count("planner_turn") == 3 and events[-1].status == "max_turns"
+
+
+def test_a_spent_budget_ends_the_run_cleanly(tmp_path):
+    """A turn whose every call is refused for want of images ends the run as budget_spent, not as an error after
+    the planner's retries; a turn with one refused call among others goes on."""
+    turns = [Turn(tool_calls=[call(1, "add", {"a": 1, "b": 2}), call(2, "spent", {})]),
+             Turn(tool_calls=[call(3, "spent", {}), call(4, "spent", {})]),
+             Turn(tool_calls=[call(5, "add", {"a": 1, "b": 1})])]
+    result, events = run(tmp_path, turns, LIMITS)
+    assert (result.status, result.n_turns) == ("budget_spent", 2)
+    assert events[-1].kind == "run_finished" and events[-1].status == "budget_spent"
+    # Another refusal (not the budget) is the planner's to fix: the run goes on.
+    result, _ = run(tmp_path / "other", [Turn(tool_calls=[call(1, "refuse", {})]), Turn(final="done")], LIMITS)
+    assert (result.status, result.n_turns) == ("completed", 2)
+
+
+def test_max_seconds_ends_the_run_after_the_turn_that_crosses_it(tmp_path):
+    slow = [Turn(tool_calls=[call(i, "slow", {})]) for i in range(50)]
+    result, events = run(tmp_path, slow, LIMITS, max_seconds=0.12)
+    # Each turn sleeps 0.05 s, so the third has crossed 0.12 s at the latest (a loaded machine crosses sooner).
+    assert result.status == "time_limit" and 1 <= result.n_turns <= 3, result
+    assert events[-1].status == "time_limit"
 
 
 def test_a_tool_can_finish_the_run(tmp_path):

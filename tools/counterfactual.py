@@ -30,7 +30,7 @@ from sleuth.tools import stats
 from sleuth.tools.backends.base import BackendError, EditOutcome, Generation, edit_cost
 from sleuth.tools.backends.criteria import failed as failed_by_criterion
 from sleuth.tools.cache import edit_key
-from sleuth.tools.investigation import Investigation, Sample
+from sleuth.tools.investigation import BUDGET_EXHAUSTED, Investigation, Sample
 from sleuth.tools.registry import ToolError
 from sleuth.tools.text import pv
 
@@ -125,7 +125,7 @@ def counterfactual_size(inv: Investigation, asked: int, sham: bool = False) -> t
         n = cost.max_pairs
     charge = math.ceil((1 + cost.inversion + cost.edit * (2 if sham else 1)) * n)
     if charge > inv.budget.left:
-        raise ToolError(f"image budget exhausted: {n} counterfactual pairs cost {charge} images' worth "
+        raise ToolError(f"{BUDGET_EXHAUSTED}: {n} counterfactual pairs cost {charge} images' worth "
                         f"({n} generated, {charge - n} for editing), {inv.budget.left} of {inv.budget.images} left")
     return n, notes
 

@@ -30,6 +30,9 @@ SEEDS_PER_INVESTIGATION = 1 << 24
 
 MAX_IMAGES_PER_CALL = 5000
 
+BUDGET_EXHAUSTED = "image budget exhausted"
+"""How every refusal for want of images begins (a run whose calls all get it has spent its budget)."""
+
 
 @dataclass
 class Budget:
@@ -45,12 +48,12 @@ class Budget:
 
     def spend(self, n: int) -> None:
         if n > self.left:
-            raise ToolError(f"image budget exhausted: {n} images asked, {self.left} of {self.images} left")
+            raise ToolError(f"{BUDGET_EXHAUSTED}: {n} images asked, {self.left} of {self.images} left")
         self.used += n
 
     def spend_editing(self, n: int) -> None:
         if n > self.left:
-            raise ToolError(f"image budget exhausted: editing costs {n} images' worth, {self.left} of {self.images} "
+            raise ToolError(f"{BUDGET_EXHAUSTED}: editing costs {n} images' worth, {self.left} of {self.images} "
                             "left")
         self.used += n
         self.editing += n

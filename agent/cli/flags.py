@@ -39,6 +39,7 @@ SPEC_HELP = {
 # Where each config field is set on the command line, for error messages.
 FLAG_OF = {"class": "--class", "label": "--class", "budget": "--budget", "seed": "--seed", "alpha": "--alpha",
            "criterion": "--criterion", "planner.baseline_n": "--baseline-n", "planner.max_turns": "--max-turns",
+           "planner.max_seconds": "--max-seconds",
            "planner.name": "--planner", "planner.llm.timeout_s": "--llm-timeout",
            "planner.llm.retries": "--llm-retries", "planner.llm.api_base": "--api-base",
            "planner.context_tokens": "--llm-context", "planner": "--planner"}
@@ -63,6 +64,9 @@ def add_run_arguments(p: argparse.ArgumentParser, *, max_turns: bool = True) -> 
     if max_turns:
         p.add_argument("--max-turns", type=int,
                        help=f"Most planner turns (default {default(PlannerConfig, 'max_turns')}).")
+        p.add_argument("--max-seconds", type=float,
+                       help="Most wall-clock seconds for the run: it stops after the turn that crosses it, with "
+                            "status time_limit and its findings kept (default: no limit).")
     p.add_argument("--runs", default="runs", help="Folder for run directories (default ./runs).")
 
 
@@ -177,7 +181,7 @@ def planner_config(args: argparse.Namespace) -> PlannerConfig:
     llm = _set(args, {"llm": "model", "api_base": "api_base", "api_key_env": "api_key_env",
                       "llm_timeout": "timeout_s", "llm_retries": "retries"})
     settings = {"name": name, **_set(args, {"baseline_n": "baseline_n", "max_turns": "max_turns",
-                                            "llm_context": "context_tokens"})}
+                                            "max_seconds": "max_seconds", "llm_context": "context_tokens"})}
     if args.planner_sees_images:
         settings["sees_images"] = True
     if llm:

@@ -24,7 +24,7 @@ from sleuth.agent.session import Session
 from sleuth.agent.transcript import TranscriptWriter, read_transcript
 from sleuth.tools.backends.base import Backends
 
-FINAL = ("completed", "error", "max_turns")
+FINAL = ("completed", "error", "max_turns", "budget_spent", "time_limit")
 """Statuses that end a run for good; an ``interrupted`` run (Ctrl-C) is resumed like a killed one."""
 
 

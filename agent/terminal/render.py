@@ -36,8 +36,8 @@ STYLES = {"key": "cyan", "dim": "dim", "bold": "bold", "good": "bold green", "wa
 """Terminal styles of the span styles tools name."""
 MAX_ITEMS = 6
 MAX_TEXT = 100
-STATUS_STYLE = {"completed": "bold green", "interrupted": "bold yellow", "max_turns": "bold yellow",
-                "error": "bold red"}
+STATUS_STYLE = {"completed": "bold green", "budget_spent": "bold green", "interrupted": "bold yellow",
+                "max_turns": "bold yellow", "time_limit": "bold yellow", "error": "bold red"}
 
 
 def _truncate(text: str, limit: int = MAX_TEXT) -> str:

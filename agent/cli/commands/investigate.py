@@ -90,4 +90,4 @@ def run(args: argparse.Namespace) -> int:
         console.print(findings_table(session.investigation))
         console.print(f"{out['images']} images, {seconds:.1f} s. Transcript: {session.transcript}")
         console.print(f"Replay it with: sleuth replay {session.transcript}")
-    return 0 if result.status == "completed" else 1
+    return 0 if result.status in ("completed", "budget_spent") else 1
