@@ -135,3 +135,15 @@ def test_an_adversary_confirming_null_captions_until_one_passes_keeps_the_error_
 
 def test_printed_p_values_are_floored():
     assert pv(3e-9) == "< 1e-06" and pv(0.0123) == "0.012" and pv(None) == "n/a"
+
+
+def test_finish_lists_the_recorded_findings_and_refuses_a_summary_that_denies_them(ctx):
+    snow = call(ctx, "measure_rate", caption=SNOW)
+    conf = call(ctx, "measure_rate", caption=SNOW, confirm=True, max_n=200)
+    call(ctx, "record_finding", caption=SNOW, discovery_test=snow.test_id, confirmation_test=conf.test_id)
+    with pytest.raises(ToolError, match="says nothing was found, but 1 finding is recorded: f1"):
+        call(ctx, "finish", summary="No finding was confirmed; snow was ruled out.")
+    assert not ctx.finished
+    done = call(ctx, "finish", summary="Snow fails. No other hypothesis replicated.")
+    assert done.n_findings == 1 and done.findings[0].startswith("f1 ") and SNOW in done.findings[0]
+    assert ctx.finished and ctx.final_answer.endswith(f"Recorded findings: {done.findings[0]}.")
