@@ -30,9 +30,10 @@ class Result(BaseModel):
                                                                   "caption, confirmed effect [95% CI], adjusted p.")
 
 
-NOTHING = re.compile(r"\b(no|zero|none of the|not a single)\b(?!\s+(other|further|more|additional)\b)[^.]{0,40}\b(findings?|failures?|hypothes[ie]s)\b"
-                     r"[^.]{0,30}\b(confirmed|recorded|found|replicated|supported)\b|\bnothing (was |is )?"
-                     r"(confirmed|found|recorded)\b", re.IGNORECASE)
+NOTHING = re.compile(r"\b(no|zero|none of the|not a single)\b(?!\s+(other|further|more|additional)\b)"
+                     r"[^.]{0,40}\b(findings?|failures?|hypothes[ie]s)\b[^.]{0,30}"
+                     r"\b(confirmed|recorded|found|replicated|supported)\b"
+                     r"|\bnothing (was |is )?(confirmed|found|recorded)\b", re.IGNORECASE)
 """A summary saying that nothing was found."""
 
 
