@@ -42,7 +42,7 @@ from sleuth.agent.events import (
 )
 from sleuth.agent.transcript import TranscriptWriter
 from sleuth.tools.context import ToolContext
-from sleuth.tools.investigation import BUDGET_EXHAUSTED
+from sleuth.tools.defaults import BUDGET_EXHAUSTED
 from sleuth.tools.registry import Registry, ToolError
 
 if TYPE_CHECKING:

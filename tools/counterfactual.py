@@ -30,7 +30,8 @@ from sleuth.tools import stats
 from sleuth.tools.backends.base import BackendError, EditOutcome, Generation, edit_cost
 from sleuth.tools.backends.criteria import failed as failed_by_criterion
 from sleuth.tools.cache import edit_key
-from sleuth.tools.investigation import BUDGET_EXHAUSTED, Investigation, Sample
+from sleuth.tools.defaults import BUDGET_EXHAUSTED
+from sleuth.tools.investigation import Investigation, Sample
 from sleuth.tools.registry import ToolError
 from sleuth.tools.text import pv
 

@@ -8,3 +8,6 @@ BASELINE_N = 1000
 """Images of the class baseline, unless told otherwise."""
 MAX_CONFIRMATIONS = 10
 """Confirmation attempts one investigation may make; each is tested at ALPHA / MAX_CONFIRMATIONS."""
+
+BUDGET_EXHAUSTED = "image budget exhausted"
+"""How every refusal for want of images begins (a run whose calls all get it has spent its budget)."""

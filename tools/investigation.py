@@ -16,7 +16,7 @@ from sleuth.tools.artifacts import ArtifactStore
 from sleuth.tools.backends.base import Backends, Generation, LabelSpace
 from sleuth.tools.backends.criteria import failed as failed_by_criterion
 from sleuth.tools.cache import Prediction, PredictionCache
-from sleuth.tools.defaults import ALPHA, BUDGET, MAX_CONFIRMATIONS
+from sleuth.tools.defaults import ALPHA, BUDGET, BUDGET_EXHAUSTED, MAX_CONFIRMATIONS
 from sleuth.tools.findings import Finding
 from sleuth.tools.registry import ToolError
 
@@ -29,9 +29,6 @@ CONFIRMATION_OFFSET = 1 << 40
 SEEDS_PER_INVESTIGATION = 1 << 24
 
 MAX_IMAGES_PER_CALL = 5000
-
-BUDGET_EXHAUSTED = "image budget exhausted"
-"""How every refusal for want of images begins (a run whose calls all get it has spent its budget)."""
 
 
 @dataclass
