@@ -209,7 +209,10 @@ def test_counterfactual_edits_on_tiny_stable_diffusion_replay_and_verify(models:
     assert any("3 pairs edited, not 200" in n for n in r["notes"])
     assert not any("quality filters" in n for n in r["notes"])
     # 3 images generated; each inverted (2 steps: 1 DDIM + 2 + 3 x 1 null-text passes a step, over 2 per image: 3)
-    # and edited (source and one candidate: 2).
-    assert session.investigation.budget.used == 3 + 3 * (3 + 2) and session.investigation.budget.editing == 15
+    # once, edited (source and one candidate: 2) and sham-edited (2).
+    assert session.investigation.budget.used == 3 + 3 * (3 + 2 + 2) and session.investigation.budget.editing == 21
+    # The sham edit (inversion and reconstruction with the caption unchanged) went through the same editor.
+    assert r["sham"] is not None and r["sham"]["b"] + r["sham"]["c"] <= 3
+    assert any("each also sham-edited" in n for n in r["notes"])
     report = verify_run(session.transcript, backends=backends)
     assert report.ok and report.status == "identical", [d.describe() for d in report.differences]
