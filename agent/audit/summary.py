@@ -89,7 +89,7 @@ def ranked_unconfirmed(classes: Sequence[dict[str, Any]]) -> list[dict[str, Any]
 def audit_summary(run_dir: str, config: dict[str, Any], classes: list[dict[str, Any]],
                   seconds: float) -> dict[str, Any]:
     statuses = {c["status"] for c in classes}
-    status = "completed" if statuses <= {"completed"} else ("budget" if "skipped" in statuses or any(
+    status = "completed" if statuses <= {"completed", "budget_spent"} else ("budget" if "skipped" in statuses or any(
         c["stopped_by"] for c in classes) else "partial")
     findings = ranked(classes)
     # Across classes: each class keeps its own family-wise error at alpha, so an audit of many classes would expect

@@ -235,6 +235,7 @@ class ProtocolPlanner(ScriptPlanner):
             return
 
         findings: list[str] = []
+        stopped = ""
         done: set[frozenset[str]] = set()
         attempts = 0
         yield self.turn(f"{len(supported)} of {len(tested)} hypotheses are supported after correction: {summary}. "
@@ -244,6 +245,9 @@ class ProtocolPlanner(ScriptPlanner):
                         "does not crowd out the others.")
         for m in supported:
             if attempts == self.max_refine:
+                break
+            if not self._can_confirm():
+                stopped = " The images left cannot pay for another confirmation, so I stop here."
                 break
             refined = yield from (self._refine(m, tested) if self.refine and n_sentences(m.caption) > 2
                                   and self._affords(2 * self.max_n) else _same(m))
@@ -258,13 +262,20 @@ class ProtocolPlanner(ScriptPlanner):
         ruled_out = [c for c, m in tested.items() if m.result.verdict != "supported"]
         text = (f"Baseline for {label}: {pct(s.failures)}. "
                 + (f"Confirmed findings: {'; '.join(findings)}. " if findings else "No finding was confirmed. ")
-                + f"{len(ruled_out)} of {len(tested)} hypotheses were not supported.")
+                + f"{len(ruled_out)} of {len(tested)} hypotheses were not supported." + stopped)
         yield self.finish(text)
 
     def _per_confirmation(self) -> int:
         """Images one refined hypothesis may take after discovery: its confirmation (up to ``max_n``) and, with
         counterfactuals, ``counterfactual_n`` class images edited and sham-edited."""
         return self.max_n + (self.counterfactual_n * 3 if self.counterfactual else 0)
+
+    def _can_confirm(self) -> bool:
+        """Whether the images left pay for a confirmation's first look (and its baseline, once)."""
+        left = self.images_left()
+        if left is None or self.budget is None:
+            return True
+        return left >= 100 + (0 if self._confirmed_once else self.baseline_n)
 
     def _affords(self, extra: int) -> bool:
         """Whether the images left pay for ``extra`` and still for a confirmation (and its baseline, once)."""

@@ -99,4 +99,4 @@ def run(args: argparse.Namespace) -> int:
         console.print(findings_table(out))
         console.print(f"{out['images']} images, {out['seconds']:.1f} s active. Summary: {run_dir / 'summary.json'}")
         console.print(f"Replay a class with: sleuth replay {run_dir / slug(audit.classes[0])}")
-    return 0 if all(c["status"] in ("completed", "skipped") for c in out["classes"]) else 1
+    return 0 if all(c["status"] in ("completed", "budget_spent", "skipped") for c in out["classes"]) else 1

@@ -283,4 +283,4 @@ def _fork(args: argparse.Namespace) -> int:
                       style="yellow")
     console.print(f"Forked {source} at line {keep}: {done.transcript} shares lines 1..{keep} and continues with "
                   f"the {args.planner} planner: {done.result.events} events, {done.result.status}.")
-    return 0 if done.result.status == "completed" else 1
+    return 0 if done.result.status in ("completed", "budget_spent") else 1
