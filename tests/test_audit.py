@@ -239,7 +239,7 @@ def test_llm_audit_resumes_without_re_asking_and_replays_without_a_key(tmp_path,
         out = Audit(run, fake_backends()).run()
         assert len(stub.requests) == asked + 1  # only the new turn was asked for, no recorded one again
     (cat_summary,) = out["classes"]
-    assert cat_summary["status"] == "completed" and cat_summary["answer"] == "snow hurts"
+    assert cat_summary["status"] == "completed" and cat_summary["answer"] == "snow hurts\n\nNo finding was recorded."
     events = read_transcript(path)
     assert len(events) == keep + 4 and events[keep].kind == "planner_turn" and events[-1].kind == "run_finished"
     # Replaying needs no key and no model: LLM perturbations keep their recorded result, the rest re-runs.

@@ -94,7 +94,9 @@ def test_multi_step_investigation_ends_in_a_confirmed_finding(tmp_path):
     sess = session(tmp_path)
     with StubServer(script) as stub:
         result = sess.run(planner(stub, sess, model="openai/gpt-4o-mini"))
-    assert result.status == "completed" and result.answer == "One confirmed finding: cat in snow."
+    # The answer is the model's summary and then the findings as the tools recorded them.
+    assert result.status == "completed" and result.answer.startswith("One confirmed finding: cat in snow.\n\n"
+                                                                     "Recorded findings: f1 ")
     assert len(stub.requests) == 6
     first = stub.requests[0].body
     assert first["messages"][0]["role"] == "system" and "Statistical discipline" in first["messages"][0]["content"]
@@ -139,7 +141,7 @@ def test_malformed_arguments_are_fed_back_and_the_model_recovers(tmp_path):
     assert [r.ok for r in returned] == [False, True, True] and returned[-1].name == "finish"
     # Words without a tool call in an investigation: kept as reasoning, and the model is asked to go on.
     assert "Continue the investigation" in stub.requests[3].body["messages"][-1]["content"]
-    assert result.status == "completed" and result.answer == "The baseline is measured."
+    assert result.status == "completed" and result.answer == "The baseline is measured.\n\nNo finding was recorded."
 
 
 def test_unknown_tool_is_fed_back_with_a_suggestion(tmp_path):
@@ -312,7 +314,7 @@ def test_sleuth_investigate_with_llm_flag(tmp_path, capsys, monkeypatch):
                      "--llm", "openai/stub-model", "--api-base", stub.api_base, "--api-key-env", KEY_ENV])
     out = json.loads(capsys.readouterr().out)
     assert code == 0 and out["status"] == "completed" and out["images"] == 60
-    assert re.fullmatch(r"Baseline \d+/60; no finding\.", out["answer"])
+    assert re.fullmatch(r"Baseline \d+/60; no finding\.\n\nNo finding was recorded\.", out["answer"])
     events = read_transcript(out["transcript"])
     assert events[0].planner == "llm:openai/stub-model"
     assert "Image budget: 500 images" in stub.requests[0].body["messages"][0]["content"]

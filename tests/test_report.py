@@ -161,10 +161,10 @@ def test_tables_hold_every_finding_and_test_with_its_numbers(protocol_run: Sessi
         assert ours.adjusted_p == pytest.approx(theirs.adjusted_p, rel=1e-12)
         assert (ours.hypothesis.k, ours.hypothesis.n, ours.baseline.k, ours.baseline.n) == \
             (theirs.k1, theirs.n1, theirs.k0, theirs.n0)
-    # The budget is rebuilt from the tool results and matches what the investigation spent: 5190 images generated,
-    # 200 edited at one image each.
-    assert run.budget.images_used == inv.budget.used == 5390 and inv.budget.editing == 200
-    assert "5,390 of 20,000" in protocol_html
+    # The budget is rebuilt from the tool results and matches what the investigation spent: 4990 images generated,
+    # 100 edited and sham-edited at one image each.
+    assert run.budget.images_used == inv.budget.used == 5190 and inv.budget.editing == 200
+    assert "5,190 of 20,000" in protocol_html
 
 
 def test_images_and_plots_are_embedded_png(protocol_html: str) -> None:
