@@ -33,8 +33,9 @@ class PlannerConfig(BaseModel):
 
     name: str = Field("protocol", description="A planner of sleuth.agent.planners.PLANNERS: protocol, wiles, "
                                               "random, llm.")
-    baseline_n: int = Field(BASELINE_N, ge=50, le=20_000,
-                            description="Images of the class baseline the planner asks for.")
+    baseline_n: int | None = Field(None, ge=50, le=20_000, description=(
+        "Images of the class baseline the planner asks for (default: the planner's own, 300 for protocol and "
+        f"{BASELINE_N} for the others)."))
     max_turns: int = Field(100, ge=1, le=10_000, description="Most planner turns in one run.")
     max_seconds: float | None = Field(None, gt=0, le=7 * 86_400, description=(
         "Most wall-clock seconds of planning and tool calls in one run; the run ends after the turn that crosses "

@@ -68,7 +68,7 @@ def test_calibration_counts_null_hypotheses_through_each_stage(tmp_path):
 
 
 def test_bench_discovery_command_scores_a_subset(capsys, tmp_path):
-    code = main(["bench", "discovery", "--classes", "cat", "--planners", "protocol", "--oracle-n", "3000",
+    code = main(["bench", "discovery", "--classes", "fly", "--planners", "protocol", "--oracle-n", "3000",
                  "--jobs", "1", "--out", str(tmp_path), "--json"])
     assert code == 0
     out = json.loads(capsys.readouterr().out)

@@ -27,6 +27,7 @@ from sleuth.agent.audit.summary import audit_summary, class_summary, skipped_sum
 from sleuth.agent.config import RunConfig
 from sleuth.agent.errors import AuditError, RebuildError, UsageError
 from sleuth.agent.events import Event, RunStarted, parse_event
+from sleuth.agent.planners import baseline_images
 from sleuth.agent.replay.rebuild import session_for
 from sleuth.agent.replay.resume import continue_run
 from sleuth.agent.session import Session
@@ -141,7 +142,7 @@ class Audit:
             images = min(images, total.images - sum(s["images"] for s in spent))
             if images <= 0:
                 return 0, f"the audit's image budget ({total.images}) is spent"
-            baseline = self.config.planner.baseline_n
+            baseline = baseline_images(self.config.planner)
             if images < baseline:  # not even the class's baseline fits: the class would end before it starts
                 return 0, (f"the audit's image budget ({total.images}) is spent: {images} images left, fewer than "
                            f"one baseline ({baseline})")

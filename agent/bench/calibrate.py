@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from sleuth.tools import stats
-from sleuth.tools.defaults import ALPHA, BASELINE_N
+from sleuth.tools.defaults import ALPHA
 
 HOT: tuple[tuple[str, str], ...] = (("lighting", "night"), ("lighting", "dusk"), ("lighting", "fog"),
                                     ("domain", "painting"), ("domain", "sketch"))
@@ -48,7 +48,7 @@ class CalibrationJob:
     index: int
     world: str | None
     budget: int
-    baseline_n: int
+    baseline_n: int | None
     failure_rate: float
     hot_rate: float
     alpha: float
@@ -203,7 +203,7 @@ class Calibration:
     failure_rate: float = 0.05
     hot_rate: float = 0.3
     budget: int = 6000
-    baseline_n: int = BASELINE_N
+    baseline_n: int | None = None
     alpha: float = ALPHA
     jobs: int = 1
     root: Path = Path("runs") / "calibrate"

@@ -41,14 +41,14 @@ class RunRecord:
 
 
 @overload
-def run_investigation(backends: Backends, label: str, seed: int, planner: str, *, budget: int, baseline_n: int,
+def run_investigation(backends: Backends, label: str, seed: int, planner: str, *, budget: int, baseline_n: int | None,
                       run_dir: Path, criterion: str = ..., alpha: float = ...,
                       with_investigation: Literal[False] = ...) -> RunRecord: ...
 @overload
-def run_investigation(backends: Backends, label: str, seed: int, planner: str, *, budget: int, baseline_n: int,
+def run_investigation(backends: Backends, label: str, seed: int, planner: str, *, budget: int, baseline_n: int | None,
                       run_dir: Path, criterion: str = ..., alpha: float = ...,
                       with_investigation: Literal[True]) -> tuple[RunRecord, Investigation]: ...
-def run_investigation(backends: Backends, label: str, seed: int, planner: str, *, budget: int, baseline_n: int,
+def run_investigation(backends: Backends, label: str, seed: int, planner: str, *, budget: int, baseline_n: int | None,
                       run_dir: Path, criterion: str = "top1", alpha: float = ALPHA,
                       with_investigation: bool = False) -> RunRecord | tuple[RunRecord, Investigation]:
     """One investigation with its own in-memory prediction cache, so planners are timed on equal terms."""

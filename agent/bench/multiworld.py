@@ -38,7 +38,7 @@ class Settings:
     """What a result depends on besides the world, planner, class and seed (a stored result is reused only if equal)."""
 
     budget: int
-    baseline_n: int
+    baseline_n: int | None
     oracle_n: int
     criterion: str = "top1"
 
@@ -178,7 +178,7 @@ class MultiWorldBench:
     planners: Sequence[str]
     seeds: Sequence[int] = (0,)
     budget: int = 20_000
-    baseline_n: int = 1000
+    baseline_n: int | None = None
     oracle_n: int = 10_000
     bug_free: int = 0
     classes: Sequence[str] | None = None

@@ -54,7 +54,8 @@ def add_run_arguments(p: argparse.ArgumentParser, *, max_turns: bool = True) -> 
     p.add_argument("--class", dest="label", required=True, help="Class to audit, e.g. cat.")
     p.add_argument("--budget", type=int, help=f"Most images to generate (default {default(RunConfig, 'budget')}).")
     p.add_argument("--baseline-n", type=int,
-                   help=f"Images of the class baseline (default {default(PlannerConfig, 'baseline_n')}).")
+                   help="Images of the class baseline (default: the planner's own, 300 for protocol and 1000 for "
+                        "the others).")
     p.add_argument("--seed", type=int, help="Investigation seed: selects the blocks of fresh image seeds "
                                             f"(default {default(RunConfig, 'seed')}).")
     p.add_argument("--criterion", choices=["top1", "topk", "parent"],

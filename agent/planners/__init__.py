@@ -12,12 +12,14 @@ from typing import TYPE_CHECKING, Literal
 
 from sleuth.agent.config import PlannerConfig
 from sleuth.agent.runner import Planner
-from sleuth.tools.defaults import ALPHA
+from sleuth.tools.defaults import ALPHA, BASELINE_N
 
 if TYPE_CHECKING:
     from sleuth.agent.session import Session
 
 Mode = Literal["investigate", "chat"]
+LEAN_BASELINE_N = 300
+"""The protocol planner's baseline: strong failures show against it, and images are the cost."""
 
 
 @dataclass(frozen=True)
@@ -44,25 +46,35 @@ class PlannerSpec:
     """Needs no language model (the benchmark's default set)."""
     adversarial: bool = False
     """A script that tries to get unsupported findings past the tools (calibration only; never a default)."""
+    baseline_n: int = BASELINE_N
+    """Images of the class baseline it asks for unless the config says otherwise."""
 
 
 def _protocol(c: PlannerConfig, p: PlanFor) -> Planner:
+    from sleuth.agent.planners.lean import LeanPlanner
+
+    return LeanPlanner(p.label, p.class_prompt, baseline_n=c.baseline_n or LEAN_BASELINE_N, budget=p.budget)
+
+
+def _protocol_v1(c: PlannerConfig, p: PlanFor) -> Planner:
     from sleuth.agent.planners.protocol import ProtocolPlanner
 
-    return ProtocolPlanner(p.label, p.class_prompt, baseline_n=c.baseline_n, budget=p.budget)
+    return ProtocolPlanner(p.label, p.class_prompt, baseline_n=c.baseline_n or BASELINE_N, budget=p.budget,
+                           name="protocol-v1")
 
 
 def _wiles(c: PlannerConfig, p: PlanFor) -> Planner:
     from sleuth.agent.planners.protocol import ProtocolPlanner
 
-    return ProtocolPlanner(p.label, p.class_prompt, baseline_n=c.baseline_n, explore=False, refine=False,
+    return ProtocolPlanner(p.label, p.class_prompt, baseline_n=c.baseline_n or BASELINE_N, explore=False, refine=False,
                            counterfactual=False, name="wiles")
 
 
 def _random(c: PlannerConfig, p: PlanFor) -> Planner:
     from sleuth.agent.planners.random_perturb import RandomPerturbationPlanner
 
-    return RandomPerturbationPlanner(p.label, p.class_prompt, budget=p.budget, seed=p.seed, baseline_n=c.baseline_n)
+    return RandomPerturbationPlanner(p.label, p.class_prompt, budget=p.budget, seed=p.seed,
+                                     baseline_n=c.baseline_n or BASELINE_N)
 
 
 def _llm(c: PlannerConfig, p: PlanFor) -> Planner:
@@ -100,8 +112,12 @@ _ADVERSARY_HELP = {
 }
 
 PLANNERS: dict[str, PlannerSpec] = {s.name: s for s in (
-    PlannerSpec("protocol", "captioning + single-attribute perturbations, refinement, counterfactuals, confirmation "
-                            "(offline, deterministic; the default)", _protocol),
+    PlannerSpec("protocol", "every caption and single-attribute perturbation screened on a ladder of small looks, "
+                            "tests of what the screen singles out, confirmation at once, one finding per failure "
+                            "mode, a stop when nothing plausible is left (offline, deterministic; the default)",
+                _protocol, baseline_n=LEAN_BASELINE_N),
+    PlannerSpec("protocol-v1", "the earlier protocol: screens, then tests two dozen perturbations and the caption "
+                               "hypotheses, refines, counterfactuals and confirms up to ten at the end", _protocol_v1),
     PlannerSpec("wiles", "captioning of failures and confirmation only (Wiles et al.'s core loop, no refinement or "
                          "edits)", _wiles),
     PlannerSpec("random", "random caption perturbations on a fixed sample size, same budget, confirmation", _random),
@@ -115,6 +131,12 @@ OFFLINE_PLANNERS = tuple(name for name, spec in PLANNERS.items() if spec.offline
 
 ADVERSARIAL_PLANNERS = tuple(name for name, spec in PLANNERS.items() if spec.adversarial)
 """Scripts that play tricks on the tools (``sleuth bench discovery --calibrate`` runs them)."""
+
+
+def baseline_images(config: PlannerConfig) -> int:
+    """Images of the class baseline the configured planner asks for."""
+    spec = PLANNERS.get(config.name)
+    return config.baseline_n or (spec.baseline_n if spec is not None else BASELINE_N)
 
 
 def build_planner(config: PlannerConfig, target: PlanFor) -> Planner:

@@ -59,7 +59,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     d.add_argument("--seeds", default="0", help="Comma-separated investigation seeds, or a count like 3 → 0,1,2 "
                                                 "(default 0).")
     d.add_argument("--budget", type=int, default=BUDGET, help=f"Images per investigation (default {BUDGET}).")
-    d.add_argument("--baseline-n", type=int, default=BASELINE_N, help=f"Baseline images (default {BASELINE_N}).")
+    d.add_argument("--baseline-n", type=int, help="Baseline images (default: each planner's own, 300 for protocol "
+                                                  f"and {BASELINE_N} for the others).")
     d.add_argument("--oracle-n", type=int, default=10_000, help="Oracle images per judged caption (default 10000).")
     d.add_argument("--calibrate", action="store_true", help="Run the calibration instead (null classifier).")
     d.add_argument("--runs", type=int, default=80, help="Calibration investigations per planner and kind of "
