@@ -366,21 +366,34 @@ def stop_background(paths: Paths, *, log: Log = _quiet, timeout_s: float = 10.0)
         os.kill(pid, signal.SIGINT)
     except ProcessLookupError:
         return False
+    if _wait_gone(pid, timeout_s):
+        log(f"stopped pid {pid}")
+        return True
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    _wait_gone(pid, timeout_s)
+    log(f"killed pid {pid}")
+    return True
+
+
+def _wait_gone(pid: int, timeout_s: float) -> bool:
+    """Wait until ``pid`` no longer exists, reaping it if this process started it (else it would linger as a zombie
+    that still answers signal 0)."""
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+    while True:
         try:
-            os.waitpid(pid, os.WNOHANG)  # reap it if this process started it (else it lingers as a zombie)
+            os.waitpid(pid, os.WNOHANG)
         except ChildProcessError:
             pass
         try:
             os.kill(pid, 0)
         except ProcessLookupError:
-            log(f"stopped pid {pid}")
             return True
+        if time.monotonic() >= deadline:
+            return False
         time.sleep(0.1)
-    os.kill(pid, signal.SIGKILL)
-    log(f"killed pid {pid}")
-    return True
 
 
 def status(paths: Paths) -> dict[str, Any]:
