@@ -118,6 +118,8 @@ class Turn(BaseModel):
     model: str | None = None
     usage: Usage | None = None
     cost_usd: float | None = None
+    latency_s: float | None = Field(None, description="Seconds the planner took to decide (model requests included).")
+    requests: int | None = Field(None, description="Model requests sent for this turn, retries included.")
 
 
 class PlannerTurn(_Event, Turn):

@@ -225,7 +225,9 @@ def test_thumbnails_only_for_a_vision_planner(tmp_path):
     sess = session(tmp_path)
     with StubServer(script) as stub:
         sess.run(planner(stub, sess, context=ContextConfig(sees_images=True, max_images=3, thumbnail_px=16)))
-    last = stub.requests[1].body["messages"][-1]
+    # The thumbnails come right after the latest results, before the ledger (the last message).
+    *_, last, note = stub.requests[1].body["messages"]
+    assert note["role"] == "user" and note["content"].startswith("Ledger")
     assert last["role"] == "user" and isinstance(last["content"], list)
     images = [p for p in last["content"] if p["type"] == "image_url"]
     generated = next(e for e in read_transcript(sess.transcript) if isinstance(e, ToolReturned))

@@ -42,6 +42,7 @@ FLAG_OF = {"class": "--class", "label": "--class", "budget": "--budget", "seed":
            "planner.max_seconds": "--max-seconds",
            "planner.name": "--planner", "planner.llm.timeout_s": "--llm-timeout",
            "planner.llm.retries": "--llm-retries", "planner.llm.api_base": "--api-base",
+           "planner.llm.tool_choice": "--tool-choice",
            "planner.context_tokens": "--llm-context", "planner": "--planner"}
 
 
@@ -91,6 +92,10 @@ def add_planner_arguments(p: argparse.ArgumentParser, *, extra: tuple[str, ...] 
                    help="Show a vision-capable model thumbnails of the images in the latest results.")
     g.add_argument("--llm-timeout", type=float, metavar="S",
                    help=f"Seconds before one LLM request times out (default {default(LLMConfig, 'timeout_s'):g}).")
+    g.add_argument("--tool-choice", choices=["auto", "required"],
+                   help="Send this tool_choice with every investigation request: 'required' makes a server that "
+                        "supports it (llama.cpp's llama-server, vLLM, OpenAI) constrain each reply to a tool call, a "
+                        "forced-call mode for small local models (default: not sent; the server's own, auto).")
     g.add_argument("--llm-retries", type=int, metavar="N",
                    help="Retries of a rate-limited, timed-out or failed LLM request, with backoff "
                         f"(default {default(LLMConfig, 'retries')}).")
@@ -174,13 +179,14 @@ def planner_config(args: argparse.Namespace) -> PlannerConfig:
     if not args.llm:
         for flag, value in (("--api-base", args.api_base), ("--api-key-env", args.api_key_env),
                             ("--planner-sees-images", args.planner_sees_images), ("--llm-timeout", args.llm_timeout),
-                            ("--llm-retries", args.llm_retries), ("--llm-context", args.llm_context)):
+                            ("--llm-retries", args.llm_retries), ("--llm-context", args.llm_context),
+                            ("--tool-choice", getattr(args, "tool_choice", None))):
             if value:
                 raise UsageError(f"{flag} needs --llm MODEL")
     if args.api_key_env and not os.environ.get(args.api_key_env):
         raise UsageError(f"--api-key-env: environment variable {args.api_key_env} is not set")
     llm = _set(args, {"llm": "model", "api_base": "api_base", "api_key_env": "api_key_env",
-                      "llm_timeout": "timeout_s", "llm_retries": "retries"})
+                      "llm_timeout": "timeout_s", "llm_retries": "retries", "tool_choice": "tool_choice"})
     settings = {"name": name, **_set(args, {"baseline_n": "baseline_n", "max_turns": "max_turns",
                                             "max_seconds": "max_seconds", "llm_context": "context_tokens"})}
     if args.planner_sees_images:

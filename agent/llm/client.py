@@ -12,7 +12,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
@@ -45,6 +45,12 @@ class LLMConfig(BaseModel):
     retries: int = Field(4, ge=0, le=20, description="Retries of a rate-limited, timed-out or failed request.")
     backoff_s: float = Field(2.0, ge=0, description="First retry delay; it doubles on each retry.")
     max_backoff_s: float = Field(60.0, ge=0)
+    timeout_retries: int = Field(1, ge=0, le=5, description=(
+        "Retries of a timed-out request (at most this many; a request that timed out will mostly time out again at "
+        "the same speed, so raise timeout_s instead)."))
+    tool_choice: Literal["auto", "required"] | None = Field(None, description=(
+        "Sent as the request's tool_choice: 'required' makes servers that support it (llama.cpp, vLLM, OpenAI) "
+        "constrain every reply to a tool call (a forced-call mode for small local models); None: not sent."))
     temperature: float | None = Field(0.0, description="None: the provider's default.")
     max_tokens: int | None = Field(2048, description="Most tokens per reply.")
 
@@ -70,6 +76,7 @@ class LLMReply(BaseModel):
     model: str = ""
     finish_reason: str | None = None
     attempts: int = Field(1, description="Requests sent, retries included.")
+    latency_s: float = Field(0.0, description="Seconds from the first request to the reply, retries included.")
 
 
 class _MaskFilter(logging.Filter):
@@ -166,11 +173,14 @@ class LLMClient:
             self._litellm = import_litellm()
         return self._litellm
 
-    def _send(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> Any:
+    def _send(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+              tool_choice: str | None = None) -> Any:
         kwargs: dict[str, Any] = {"model": self.config.model, "messages": messages, "timeout": self.config.timeout_s,
                                   "max_retries": 0}  # retries are ours: one policy, one count
         if tools:
             kwargs["tools"] = tools
+            if tool_choice:
+                kwargs["tool_choice"] = tool_choice
         if self.config.api_base:
             kwargs["api_base"] = self.config.api_base
         if self.api_key:
@@ -183,21 +193,35 @@ class LLMClient:
             return self._completion(**kwargs)
         return self._lib().completion(**kwargs)
 
-    def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> LLMReply:
-        """One reply, retried on transient failures; raises ``ContextTooLong`` or ``LLMError``."""
+    def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None, *,
+                 tool_choice: str | None = None) -> LLMReply:
+        """One reply, retried on transient failures; raises ``ContextTooLong`` or ``LLMError``. ``tool_choice``
+        overrides the config's for this request ('' sends none)."""
         lib = self._lib()
         from openai import APIError  # the base of litellm's errors; imported with litellm already
 
         retryable = (lib.RateLimitError, lib.Timeout, lib.APIConnectionError, lib.InternalServerError,
                      lib.ServiceUnavailableError, lib.BadGatewayError)
+        choice = self.config.tool_choice if tool_choice is None else tool_choice
         attempt = 0
+        timeouts = 0
+        t0 = time.perf_counter()
         while True:
             attempt += 1
             try:
-                response = self._send(messages, tools)
+                response = self._send(messages, tools, choice or None)
                 break
             except lib.ContextWindowExceededError as e:
                 raise ContextTooLong(mask_string(f"the request is too long for {self.config.model}: {e}")) from None
+            except lib.Timeout as e:
+                # The same request at the same speed mostly times out again: retry it once, then say what to change.
+                timeouts += 1
+                if timeouts > self.config.timeout_retries or attempt > self.config.retries:
+                    raise LLMError(mask_string(
+                        f"{self.config.model} timed out {timeouts} times after {self.config.timeout_s:g} s: raise "
+                        "--llm-timeout (a CPU server needs minutes for a long prompt) or lower the reply's token "
+                        f"cap; last: {type(e).__name__}: {e}")) from None
+                log.warning("%s: timed out after %g s; retrying once", self.config.model, self.config.timeout_s)
             except retryable as e:
                 if attempt > self.config.retries:
                     raise LLMError(mask_string(f"{self.config.model} failed {attempt} times; last: "
@@ -211,7 +235,9 @@ class LLMClient:
                 self._sleep(delay)
             except APIError as e:  # bad key, unknown model, bad request: retrying cannot help
                 raise LLMError(mask_string(f"{self.config.model}: {type(e).__name__}: {e}")) from None
-        return self._reply(response, attempt)
+        reply = self._reply(response, attempt)
+        reply.latency_s = round(time.perf_counter() - t0, 3)
+        return reply
 
     def _reply(self, response: Any, attempts: int) -> LLMReply:
         choices = getattr(response, "choices", None) or []

@@ -23,16 +23,13 @@ from pydantic import BaseModel, Field
 
 from sleuth.agent.events import Event, PlannerTurn, ToolCall, ToolReturned, UserMessage
 from sleuth.agent.llm import summaries as S
+from sleuth.agent.llm.tokens import estimate_prompt_tokens
 from sleuth.tools.artifacts import ArtifactStore
 
 Message = dict[str, Any]
 
-IMAGE_TOKENS = 255
-"""What one small image costs in a vision model's context (OpenAI's low-detail price), for the estimate."""
-
-
 class ContextConfig(BaseModel):
-    max_tokens: int = Field(24_000, ge=1000, description="Rough budget of the prompt (4 characters per token).")
+    max_tokens: int = Field(24_000, ge=1000, description="Rough budget of the prompt, tool schemas included.")
     keep_recent: int = Field(6, ge=1, description="Newest tool results shown whole; older ones in one line.")
     sees_images: bool = Field(False, description="Attach thumbnails of the latest results' images (vision models).")
     max_images: int = Field(4, ge=0)
@@ -49,22 +46,9 @@ class _Group:
 Item = UserMessage | _Group
 
 
-def estimate_tokens(messages: Sequence[Message]) -> int:
-    chars = 0
-    images = 0
-    for m in messages:
-        content = m.get("content")
-        if isinstance(content, str):
-            chars += len(content)
-        elif isinstance(content, list):
-            for part in content:
-                if part.get("type") == "text":
-                    chars += len(part.get("text", ""))
-                else:
-                    images += 1
-        for tc in m.get("tool_calls") or []:
-            chars += len(tc["function"]["name"]) + len(tc["function"]["arguments"]) + 20
-    return chars // 4 + images * IMAGE_TOKENS
+def estimate_tokens(messages: Sequence[Message], tools: Sequence[dict[str, Any]] | None = None) -> int:
+    """Prompt tokens of a request: its messages and the tool schemas sent with it (``agent.llm.tokens``)."""
+    return estimate_prompt_tokens(messages, tools)
 
 
 def collect(events: Sequence[Event], own_model: str) -> list[Item]:
@@ -186,9 +170,19 @@ def image_message(g: _Group, store: ArtifactStore, config: ContextConfig) -> Mes
     return {"role": "user", "content": [{"type": "text", "text": head}, *parts]}
 
 
+def whole_results(call_ids: Sequence[str], keep: int) -> set[str]:
+    """The calls whose results are shown whole: the newest ``keep`` to ``2 * keep - 1``. The boundary moves in steps of
+    ``keep``, so between steps every earlier message is byte-identical from one request to the next and a server's
+    prompt cache keeps it (sliding one result at a time would change the prefix on every turn)."""
+    cut = max(0, (len(call_ids) - keep) // keep * keep)
+    return set(call_ids[cut:])
+
+
 def build_messages(events: Sequence[Event], *, system: str, own_model: str, task: str | None = None,
-                   config: ContextConfig | None = None, artifacts: ArtifactStore | None = None) -> list[Message]:
-    """The chat messages for the next request: the most detailed view that fits ``config.max_tokens``."""
+                   config: ContextConfig | None = None, artifacts: ArtifactStore | None = None,
+                   tools: Sequence[dict[str, Any]] | None = None, reserve: int = 0) -> list[Message]:
+    """The chat messages for the next request: the most detailed view that fits ``config.max_tokens`` with the tool
+    schemas and ``reserve`` tokens (messages the caller appends) counted."""
     config = config or ContextConfig()
     items = collect(events, own_model)
     head: list[Message] = [{"role": "system", "content": system}]
@@ -202,7 +196,7 @@ def build_messages(events: Sequence[Event], *, system: str, own_model: str, task
     levels = [(config.keep_recent, None, len(items), 0), (2, 300, len(items), 0), (1, 300, 6, 200), (1, 200, 2, 60)]
     messages: list[Message] = []
     for keep, limit, tail, max_lines in levels:
-        whole = set(call_ids[-keep:])
+        whole = whole_results(call_ids, keep)
         older, recent = (items[:-tail], items[-tail:]) if tail < len(items) else ([], items)
         messages = list(head)
         if older:
@@ -214,6 +208,6 @@ def build_messages(events: Sequence[Event], *, system: str, own_model: str, task
                 messages.extend(_render_group(it, whole, None if it is items[-1] else limit))
         if images is not None:
             messages.append(images)
-        if estimate_tokens(messages) <= config.max_tokens:
+        if estimate_tokens(messages, tools) + reserve <= config.max_tokens:
             break
     return messages

@@ -15,6 +15,7 @@ reasoning and tool calls, and the calls go back to the loop as they are. Problem
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Sequence
 from importlib import resources
 from string import Template
@@ -23,7 +24,8 @@ from typing import Any, Literal
 from sleuth.agent.errors import PlannerError
 from sleuth.agent.events import Event, PlannerTurn, ToolCall, ToolReturned, Usage, UserMessage
 from sleuth.agent.llm.client import ContextTooLong, LLMClient, LLMError, LLMReply
-from sleuth.agent.llm.context import ContextConfig, build_messages
+from sleuth.agent.llm.context import ContextConfig, build_messages, estimate_tokens
+from sleuth.agent.llm.ledger import ledger
 from sleuth.agent.llm.summaries import expand_refs
 from sleuth.agent.llm.toolcalls import extract_tool_calls
 from sleuth.agent.runner import Turn
@@ -104,6 +106,9 @@ class LLMPlanner:
                                     alpha=alpha, mode=mode)
         self.task = Template(INVESTIGATE_TASK).substitute(label=label) if mode == "investigate" else None
         self._tools = registry.schemas()
+        self.budget = budget
+        self.ledger = mode == "investigate"
+        """Append the ledger (tests, findings, images left, when to stop) to every request."""
 
     # -- what the recent turns say about the model ---------------------------------------------------------
 
@@ -145,23 +150,33 @@ class LLMPlanner:
     # -- the turn --------------------------------------------------------------------------------------------
 
     def _messages(self, events: Sequence[Event], context: ContextConfig) -> list[dict[str, Any]]:
+        note = ledger(events, budget=self.budget) if self.ledger else ""
         messages = build_messages(events, system=self.system, own_model=self.model, task=self.task, config=context,
-                                  artifacts=self.artifacts)
+                                  artifacts=self.artifacts, tools=self._tools,
+                                  reserve=estimate_tokens([{"content": note}]))
+        # Appended after the history, never stored in it: the earlier messages stay byte-identical across turns.
+        if note:
+            messages.append({"role": "user", "content": note})
         own = self._own_turns(events)
         if self.mode == "investigate" and own and not own[0][0].tool_calls:
             messages.append({"role": "user", "content": ACT_NUDGE})
         return messages
 
-    def _ask(self, events: Sequence[Event]) -> tuple[LLMReply, Usage, float | None]:
+    def _ask(self, events: Sequence[Event]) -> tuple[LLMReply, Usage, float | None, int]:
         context = self.context.model_copy()
         usage = Usage()
         cost: float | None = None
         nudges: list[dict[str, Any]] = []
         empty = 0
+        requests = 0
+        # A forced tool call suits an investigation; in chat the model must be free to answer in words.
+        choice = None if self.mode == "investigate" else ""
         while True:
             messages = self._messages(events, context) + nudges
             try:
-                reply = self.client.complete(messages, self._tools)
+                requests += 1
+                reply = self.client.complete(messages, self._tools, tool_choice=choice)
+                requests += reply.attempts - 1
             except ContextTooLong as e:
                 if context.max_tokens <= 2000:
                     raise PlannerError(str(e)) from None
@@ -174,7 +189,7 @@ class LLMPlanner:
             if reply.cost_usd is not None:
                 cost = (cost or 0.0) + reply.cost_usd
             if reply.content.strip() or reply.tool_calls:
-                return reply, usage, cost
+                return reply, usage, cost, requests
             empty += 1
             if empty > self.max_empty_retries:
                 raise PlannerError(f"{self.model} sent {empty} empty replies in a row")
@@ -182,7 +197,9 @@ class LLMPlanner:
 
     def next_turn(self, events: Sequence[Event]) -> Turn:
         self._check_failures(events)
-        reply, usage, cost = self._ask(events)
+        t0 = time.perf_counter()
+        reply, usage, cost, requests = self._ask(events)
+        latency = round(time.perf_counter() - t0, 3)
         known = [r for e in events if isinstance(e, ToolReturned) for r in e.artifacts]
         calls: list[ToolCall] = []
         seen: set[str] = set()
@@ -215,4 +232,4 @@ class LLMPlanner:
                 raise PlannerError(f"{self.model} wrote {self.max_text_turns} turns in words without a tool call and "
                                    "never called finish")
         return Turn(reasoning=text if final is None else "", tool_calls=calls, final=final, model=self.model,
-                    usage=usage, cost_usd=cost)
+                    usage=usage, cost_usd=cost, latency_s=latency, requests=requests)

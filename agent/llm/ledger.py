@@ -1,0 +1,82 @@
+"""The ledger an LLM planner is shown at the end of every request: where the investigation stands, from the events.
+
+Small models lose track of ids, verdicts and the budget over a long run (MAIA keeps a running hypothesis list for the
+same reason). The ledger lists every test (id, caption, purpose, verdict and its adjusted p over the family as it
+stands now), the recorded findings, the confirmation attempts used, and the images used and left, with the rules
+for stopping. It is appended as the last message and never stored in the history, so the earlier messages stay
+byte-identical from one request to the next (a server's prompt cache keeps them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sleuth.agent.events import Event, ToolCalled, ToolReturned
+from sleuth.agent.llm import summaries as S
+from sleuth.tools import stats
+from sleuth.tools.defaults import MAX_CONFIRMATIONS
+
+MAX_ROWS = 30
+"""Tests listed (the newest); older ones are counted."""
+
+
+def _p(p: float | None) -> str:
+    if p is None:
+        return "n/a"
+    return "< 1e-06" if p < 1e-6 else f"{p:.2g}"
+
+
+def ledger(events: Sequence[Event], *, budget: int | None) -> str:
+    calls = {e.call_id: e for e in events if isinstance(e, ToolCalled)}
+    tests: list[dict[str, Any]] = []
+    findings: list[dict[str, Any]] = []
+    used = 0
+    left: int | None = None
+    for e in events:
+        if not isinstance(e, ToolReturned):
+            continue
+        used += e.images_used
+        if e.images_left is not None:
+            left = e.images_left
+        if not e.ok or e.result is None:
+            continue
+        if e.name == "measure_rate":
+            tests.append(e.result)
+        elif e.name == "record_finding":
+            findings.append(e.result)
+    discovery = [t for t in tests if t.get("purpose") == "discovery"]
+    adjusted = stats.adjust_pvalues([float(t.get("p_value", 1.0)) for t in discovery], method="holm") \
+        if discovery else []
+    now = {id(t): float(a) for t, a in zip(discovery, adjusted)}
+    confirmations = sum(1 for t in tests if t.get("purpose") == "confirmation")
+    lines = ["Ledger (sleuth's record of this investigation so far; numbers from the tools):"]
+    if left is not None or budget is not None:
+        total = budget if budget is not None else used + (left or 0)
+        lines.append(f"- images: {used:,} used, {left if left is not None else total - used:,} left of {total:,}")
+    lines.append(f"- confirmation attempts: {confirmations} of {MAX_CONFIRMATIONS} used (each tested at "
+                 f"alpha/{MAX_CONFIRMATIONS})")
+    if tests:
+        lines.append(f"- tests ({len(tests)}; discovery p adjusted by Holm over all {len(discovery)} discovery tests "
+                     "so far, confirmations over the declared attempts):")
+        if len(tests) > MAX_ROWS:
+            lines.append(f"  ... {len(tests) - MAX_ROWS} older tests not listed")
+        for t in tests[-MAX_ROWS:]:
+            kind = t.get("purpose", "?") + (", counterfactual" if t.get("mode") == "counterfactual" else "")
+            p = now.get(id(t), t.get("adjusted_p"))
+            lines.append(f"  {t.get('test_id')} {kind} {S.quote(str(t.get('caption', '')))}: {t.get('verdict')}, "
+                         f"adjusted p {_p(p)}")
+    else:
+        lines.append("- tests: none yet")
+    if findings:
+        lines.append("- recorded findings: " + "; ".join(
+            f"{f.get('finding_id')} {S.quote(str(f.get('caption', '')))}" for f in findings))
+    else:
+        lines.append("- recorded findings: none")
+    pending = [c for c in calls.values() if c.name == "finish"]
+    if not pending:
+        lines.append("Next: one experiment at a time; call the tool and wait for its result (never write a result "
+                     "yourself). Confirm a supported discovery with measure_rate(confirm=true), then record_finding "
+                     "with both test ids. Call finish when nothing worth testing is left, when all confirmation "
+                     "attempts are used, or when the images left cannot pay for a confirmation (about 300).")
+    return "\n".join(lines)

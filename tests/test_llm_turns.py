@@ -1,0 +1,136 @@
+"""What the LLM planner sends and records per turn, against the scripted OpenAI-compatible stub: the ledger, a prompt
+prefix that stays byte-identical across turns (a server's prompt cache keeps it), the forced-call setting, timeouts
+retried once, and each turn's latency and request count."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+from fakeworld import fake_backends
+from llm_stub import HttpError, StubServer, text_reply, tool_call, tool_reply
+
+from sleuth.agent.events import PlannerTurn
+from sleuth.agent.llm import LLMClient, LLMConfig
+from sleuth.agent.llm.context import whole_results
+from sleuth.agent.planners.llm import LLMPlanner
+from sleuth.agent.transcript import read_transcript
+from sleuth.tools import investigation_tools as registry
+from sleuth.tools.cache import PredictionCache
+from tests.fakeworld import new_session
+
+KEY_ENV = "SLEUTH_STUB_API_KEY"
+CAT = "a realistic photograph of a cat"
+SNOW = CAT + ". it is in the snow."
+
+
+def make(stub: StubServer, tmp_path, *, mode: str = "investigate", **config: Any) -> tuple[Any, LLMPlanner]:
+    sess = new_session(fake_backends(), tmp_path / "run", cache=PredictionCache())
+    cfg = LLMConfig(model="openai/stub-model", api_base=stub.api_base, api_key_env=KEY_ENV, retries=3,
+                    backoff_s=0.0, **config)
+    client = LLMClient(cfg, sleep=lambda s: None, environ={KEY_ENV: "sk-stub-not-a-real-key-000000"})
+    planner = LLMPlanner(client, registry(), label="cat", class_prompt=CAT,
+                         labels=sess.backends.classifier.labels.labels, budget=20_000, artifacts=sess.artifacts,
+                         mode=mode)  # type: ignore[arg-type]
+    return sess, planner
+
+
+def measure(i: int, caption: str = SNOW, **extra: Any) -> dict[str, Any]:
+    return tool_call("measure_rate", {"caption": caption, "max_n": 100, **extra}, f"m{i}")
+
+
+def test_the_ledger_lists_tests_findings_attempts_and_images(tmp_path):
+    script = [tool_reply(measure(1)), tool_reply(measure(2, confirm=True)),
+              tool_reply(tool_call("finish", {"summary": "done"}, "f"))]
+    with StubServer(script) as stub:
+        sess, planner = make(stub, tmp_path)
+        assert sess.run(planner).status == "completed"
+    first, second, third = (r.messages[-1]["content"] for r in stub.requests)
+    assert first.startswith("Ledger") and "tests: none yet" in first and "0 of 10 used" in first
+    # After the discovery test: its id, caption, verdict and adjusted p, and the images it used.
+    t1 = next(e for e in read_transcript(sess.transcript) if e.kind == "tool_returned").result
+    assert f"t1 discovery \"{SNOW}\": {t1['verdict']}" in second
+    used = t1["hypothesis"]["failures"]["n"] + t1["baseline"]["n"]
+    assert f"- images: {used:,} used, {20_000 - used:,} left of 20,000" in second
+    assert "1 of 10 used" in third and "t2 confirmation" in third
+    assert "recorded findings: none" in third and "Call finish when" in third
+
+
+def test_the_prompt_prefix_is_byte_identical_across_turns(tmp_path):
+    """Between the ledger's updates only new messages are added: every request starts with the previous request's
+    messages (less its ledger), byte for byte, so a server's prompt cache keeps them."""
+    script = [tool_reply(measure(i, caption=f"{CAT}. it is in the snow. number {i}.")) for i in range(5)]
+    script.append(tool_reply(tool_call("finish", {"summary": "done"}, "f")))
+    with StubServer(script) as stub:
+        sess, planner = make(stub, tmp_path)
+        sess.run(planner)
+    requests = [r.messages for r in stub.requests]
+    assert len(requests) == 6
+    for before, after in zip(requests, requests[1:]):
+        stable = before[:-1]  # the ledger is last and changes
+        assert json.dumps(after[:len(stable)]) == json.dumps(stable)
+        assert len(after) > len(before)
+
+
+def test_older_results_shrink_in_blocks_not_one_per_turn():
+    ids = [f"c{i}" for i in range(20)]
+    # The newest 6 to 11 results stay whole; the boundary moves 6 at a time.
+    assert whole_results(ids[:6], 6) == set(ids[:6])
+    assert whole_results(ids[:11], 6) == set(ids[:11])
+    assert whole_results(ids[:12], 6) == set(ids[6:12])
+    assert whole_results(ids[:17], 6) == set(ids[6:17])
+    assert whole_results(ids[:18], 6) == set(ids[12:18])
+
+
+def test_tool_choice_is_sent_in_investigations_only(tmp_path):
+    with StubServer([tool_reply(tool_call("finish", {"summary": "done"}, "f"))]) as stub:
+        sess, planner = make(stub, tmp_path / "required", tool_choice="required")
+        sess.run(planner)
+    assert stub.requests[0].body["tool_choice"] == "required"
+    with StubServer([tool_reply(tool_call("finish", {"summary": "done"}, "f"))]) as stub:
+        sess, planner = make(stub, tmp_path / "default")
+        sess.run(planner)
+    assert "tool_choice" not in stub.requests[0].body
+    # In chat the model must be free to answer in words: the forced call is not sent.
+    with StubServer([text_reply("Cats fail in snow, I would test that.")]) as stub:
+        sess, planner = make(stub, tmp_path / "chat", mode="chat", tool_choice="required")
+        turn = planner.next_turn([])
+    assert "tool_choice" not in stub.requests[0].body and turn.final
+
+
+def slow(reply: Any, seconds: float) -> Any:
+    def step(body: dict[str, Any]) -> Any:
+        time.sleep(seconds)
+        return reply
+    return step
+
+
+def test_a_timeout_is_retried_once_then_the_run_says_what_to_change(tmp_path):
+    finish = tool_reply(tool_call("finish", {"summary": "done"}, "f"))
+    with StubServer([slow(finish, 1.5), finish]) as stub:
+        sess, planner = make(stub, tmp_path / "once", timeout_s=0.5)
+        result = sess.run(planner)
+    assert result.status == "completed" and len(stub.requests) == 2
+    turn = next(e for e in read_transcript(sess.transcript) if isinstance(e, PlannerTurn))
+    assert turn.requests == 2 and turn.latency_s is not None and turn.latency_s >= 0.5
+    with StubServer([slow(finish, 1.5), slow(finish, 1.5), finish]) as stub:
+        sess, planner = make(stub, tmp_path / "twice", timeout_s=0.5)
+        result = sess.run(planner)
+    # Not retried a third time (retries=3 would allow it for other failures): the same request would time out again.
+    assert result.status == "error" and len(stub.requests) == 2
+    error = next(e for e in read_transcript(sess.transcript) if e.kind == "error")
+    assert "timed out 2 times after 0.5 s" in error.message and "--llm-timeout" in error.message
+
+
+def test_each_turn_records_its_latency_and_requests(tmp_path):
+    script = [HttpError(503, "busy"), tool_reply(measure(1)), tool_reply(tool_call("finish", {"summary": "x"}, "f"))]
+    with StubServer(script) as stub:
+        sess, planner = make(stub, tmp_path)
+        sess.run(planner)
+    turns = [e for e in read_transcript(sess.transcript) if isinstance(e, PlannerTurn)]
+    assert [t.requests for t in turns] == [2, 1]
+    assert all(t.latency_s is not None and 0 <= t.latency_s < 30 for t in turns)
