@@ -144,6 +144,9 @@ class ToolReturned(_Event):
     artifacts: list[str] = Field(default_factory=list, description="Artifact refs the result mentions.")
     images_used: int = Field(0, description="Images the call generated (charged to the image budget).")
     images_left: int | None = Field(None, description="Images left in the budget after the call.")
+    usage: Usage | None = Field(None, description="Tokens of the language model the tool itself asked (e.g. "
+                                                  "perturb_caption's rewrites); None when it asked none.")
+    cost_usd: float | None = Field(None, description="What those requests cost, when the provider prices them.")
 
 
 class UserMessage(_Event):

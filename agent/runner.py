@@ -38,6 +38,7 @@ from sleuth.agent.events import (
     ToolCalled,
     ToolReturned,
     Turn,
+    Usage,
     json_safe,
 )
 from sleuth.agent.transcript import TranscriptWriter
@@ -188,6 +189,8 @@ class Runner:
         """
         if not announced:
             self.append(ToolCalled(call_id=call.id, name=call.name, arguments=call.arguments))
+        meter = getattr(self.ctx.llm, "spent", None)
+        before = meter() if meter is not None else None
         try:
             with self.working(call.name):
                 outcome = execute(self.registry, self.ctx, call.name, call.arguments)
@@ -204,11 +207,17 @@ class Runner:
         for f in outcome.findings[findings_written:]:
             self.append(Finding(finding_id=f.finding_id, finding=f.model_dump(mode="json")))
         inv = self.ctx.investigation
+        usage, cost = None, None
+        if meter is not None and before is not None:
+            p, c, usd = (a - b for a, b in zip(meter(), before))
+            if p or c:
+                usage, cost = Usage(prompt_tokens=int(p), completion_tokens=int(c)), (float(usd) or None)
         self.append(ToolReturned(call_id=call.id, name=call.name, ok=outcome.ok, result=outcome.result,
                                  error=outcome.error, duration_s=outcome.duration_s,
                                  artifacts=artifact_refs(outcome.result, self.ctx.artifacts) if outcome.ok else [],
                                  images_used=outcome.images_used,
-                                 images_left=inv.budget.left if inv is not None else None))
+                                 images_left=inv.budget.left if inv is not None else None,
+                                 usage=usage, cost_usd=cost))
         return outcome
 
     def run_calls(self, calls: Sequence[ToolCall]) -> list[Outcome]:

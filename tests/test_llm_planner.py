@@ -361,8 +361,11 @@ def test_the_llm_also_serves_tools_as_ctx_llm(tmp_path):
         result = sess.run(sess.planner("investigate", planner_config(args)))
     assert result.status == "completed"
     r = next(e for e in read_transcript(sess.transcript) if isinstance(e, ToolReturned)).result
-    assert r["source"] == "llm"
-    assert [e["caption"] for e in r["edits"]] == ["a realistic photograph of a cat in the snow"]
+    assert r["source"] == "llm+vocabulary"
+    assert r["edits"][0]["caption"] == "a realistic photograph of a cat in the snow" and len(r["edits"]) > 1
+    # The tool's own LLM request is charged to its event (the stub prices nothing, so tokens only).
+    returned = next(e for e in read_transcript(sess.transcript) if isinstance(e, ToolReturned))
+    assert returned.usage is not None and returned.usage.prompt_tokens == 100 and returned.cost_usd is None
     assert "names another class" in r["rejected"][0] or "drops the class" in r["rejected"][0]
 
 

@@ -192,12 +192,22 @@ def test_perturb_caption_with_llm_validates_the_reply(ctx):
                               '"caption": "a photo of a cat and a dog."}]}')
     r = call(ctx, "perturb_caption", caption="a photo of a cat on grass.", types=["background", "object"],
              refinements=False)
-    assert r.source == "llm"
-    assert [e.caption for e in r.edits] == ["a photo of a cat on sand."]
-    assert len(r.rejected) == 1 and "dog" in r.rejected[0]
+    assert r.source == "llm+vocabulary"
+    # The LLM's valid rewrite comes first, then the general vocabulary's (never replaced by the LLM's few).
+    merged = [e.caption for e in r.edits]
+    assert merged[0] == "a photo of a cat on sand." and merged.count("a photo of a cat on sand.") == 1
+    assert "'a photo of a cat and a dog.': names another class 'dog'" in r.rejected
+    # A reply that is not the expected JSON leaves the vocabulary's edits standing, and says so.
     ctx.llm = lambda prompt: "sure! here are some edits"
-    with pytest.raises(ToolError, match="JSON"):
-        call(ctx, "perturb_caption", caption="a photo of a cat on grass.")
+    r = call(ctx, "perturb_caption", caption="a photo of a cat on grass.", types=["background", "object"],
+             refinements=False)
+    assert r.source == "vocabulary" and "JSON" in r.notes[0]
+    # Merged, every edit of the vocabulary is still there (the generator here renders few of them).
+    ctx.llm = None
+    alone = call(ctx, "perturb_caption", caption="a photo of a cat on grass.", types=["background", "object"],
+                 refinements=False)
+    assert alone.edits and [e.caption for e in alone.edits] == [e.caption for e in r.edits]
+    assert merged[1:] == [c for c in (e.caption for e in alone.edits) if c != merged[0]]
 
 
 def test_predictions_are_cached_by_backend_prompt_and_seed(tmp_path):

@@ -60,7 +60,9 @@ class Result(BaseModel):
     rejected: list[str] = Field(default_factory=list, description="Proposed captions refused, with the reason.")
     not_rendered: list[str] = Field(default_factory=list,
                                     description="Edits left out because the generator cannot render their new words.")
-    source: str = Field(description="'vocabulary' or 'llm'.")
+    source: str = Field(description="'vocabulary', or 'llm+vocabulary' (the LLM's rewrites first, then the "
+                                    "vocabulary's).")
+    notes: list[str] = Field(default_factory=list)
 
 
 # -- offline edits from the general vocabulary ---------------------------------------------------------------
@@ -279,7 +281,7 @@ def render(r: Result) -> list[Line]:
 
 def replayable(r: Result) -> bool:
     """Edits a language model proposed cannot be made again offline (they change no state, so they need not be)."""
-    return r.source != "llm"
+    return "llm" not in r.source
 
 
 def run(args: Args, ctx: ToolContext) -> Result:
@@ -290,10 +292,22 @@ def run(args: Args, ctx: ToolContext) -> Result:
         raise ToolError(f"the caption must name the class {label!r} and no other class: {args.caption!r}")
     vocab = general_vocabulary()
     llm = ctx.llm
+    notes: list[str] = []
+    proposed = vocabulary_edits(args.caption, label, vocab, args.types)
+    source = "vocabulary"
+    from_llm: set[int] = set()
     if llm is not None:
-        proposed, source = llm_edits(llm, args.caption, label, labels, args.types, args.n), "llm"
-    else:
-        proposed, source = vocabulary_edits(args.caption, label, vocab, args.types), "vocabulary"
+        # The LLM's rewrites come first and add to the vocabulary's, never replace them: a model that proposes a
+        # handful of ideas must not narrow the search, and one that fails leaves the vocabulary's edits standing.
+        try:
+            suggested = llm_edits(llm, args.caption, label, labels, args.types, args.n)
+        except ToolError as failed:
+            notes.append(f"the LLM's perturbations could not be used ({failed}); these are the vocabulary's")
+        else:
+            seen = {" ".join(e.caption.lower().split()) for e in suggested}
+            proposed = suggested + [e for e in proposed if " ".join(e.caption.lower().split()) not in seen]
+            from_llm = {id(e) for e in suggested}
+            source = "llm+vocabulary"
     candidates: list[Edit] = []
     rejected: list[str] = []
     for e in proposed:
@@ -313,12 +327,14 @@ def run(args: Args, ctx: ToolContext) -> Result:
             else:
                 not_rendered.append(e.edit)
         candidates = kept
-    per_type: dict[str, int] = {}
+    per_type: dict[tuple[str, bool], int] = {}
     edits: list[Edit] = []
     for e in candidates:
-        if per_type.get(e.type, 0) < args.n:
-            per_type[e.type] = per_type.get(e.type, 0) + 1
+        # Up to args.n of each type from each source: the LLM's do not crowd the vocabulary's out.
+        key = (e.type, id(e) in from_llm)
+        if per_type.get(key, 0) < args.n:
+            per_type[key] = per_type.get(key, 0) + 1
             edits.append(e)
     refs = refinements(args.caption, vocab) if args.refinements else []
     return Result(caption=args.caption, edits=edits, refinements=refs, rejected=rejected, not_rendered=not_rendered,
-                  source=source)
+                  source=source, notes=notes)

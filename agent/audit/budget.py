@@ -16,13 +16,14 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from sleuth.agent.events import Event, PlannerTurn, ToolCall
+from sleuth.agent.events import Event, PlannerTurn, ToolCall, ToolReturned
 from sleuth.agent.planners.replay import BUDGET_MODEL
 from sleuth.agent.runner import Planner, Turn
 
 
 def cost_of(events: Sequence[Event]) -> float:
-    return float(sum(e.cost_usd or 0.0 for e in events if isinstance(e, PlannerTurn)))
+    """LLM cost of a run: the planner's turns and the tools' own requests (e.g. perturbations)."""
+    return float(sum(e.cost_usd or 0.0 for e in events if isinstance(e, (PlannerTurn, ToolReturned))))
 
 
 class BudgetedPlanner:

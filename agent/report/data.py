@@ -175,6 +175,11 @@ def extract_run(events: list[Event], path: str | Path = "") -> RunReport:
         elif e.kind == "tool_returned":
             budget.tool_seconds += e.duration_s
             budget.images_used += e.images_used
+            if e.usage is not None:  # a tool's own LLM requests (perturbations)
+                budget.prompt_tokens += e.usage.prompt_tokens
+                budget.completion_tokens += e.usage.completion_tokens
+            if e.cost_usd is not None:
+                budget.cost_usd = (budget.cost_usd or 0.0) + e.cost_usd
             if not e.ok or e.result is None:
                 budget.tool_errors += 1
                 continue
