@@ -22,7 +22,8 @@ Criterion = Literal["top1", "topk", "parent"]
 
 # Planner settings an audit file (or an older recorded config) may give as flat command-line dests.
 _LLM_KEYS = {"llm": "model", "api_base": "api_base", "api_key_env": "api_key_env", "llm_timeout": "timeout_s",
-             "llm_retries": "retries", "tool_choice": "tool_choice"}
+             "llm_retries": "retries", "tool_choice": "tool_choice",
+             "call_format": "call_format"}
 _PLANNER_KEYS = {"planner_sees_images": "sees_images", "llm_context": "context_tokens"}
 
 

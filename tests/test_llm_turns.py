@@ -134,3 +134,27 @@ def test_each_turn_records_its_latency_and_requests(tmp_path):
     turns = [e for e in read_transcript(sess.transcript) if isinstance(e, PlannerTurn)]
     assert [t.requests for t in turns] == [2, 1]
     assert all(t.latency_s is not None and 0 <= t.latency_s < 30 for t in turns)
+
+
+def test_forced_call_mode_sends_a_grammar_instead_of_tools_and_reads_the_call(tmp_path):
+    def reply(call: dict[str, Any], note: str) -> Any:
+        return text_reply(json.dumps({"call": call, "note": note}))
+
+    script = [reply({"name": "generate_and_classify", "arguments": {"prompt": CAT, "n": 20}}, "the baseline first"),
+              reply({"name": "finish", "arguments": {"summary": "nothing confirmed"}}, "done")]
+    with StubServer(script) as stub:
+        sess, planner = make(stub, tmp_path, call_format="json")
+        result = sess.run(planner)
+    assert result.status == "completed"
+    body = stub.requests[0].body
+    assert "tools" not in body and "tool_choice" not in body
+    schema = body["response_format"]["json_schema"]["schema"]
+    assert schema["required"] == ["call", "note"] and list(schema["properties"]) == ["call", "note"]
+    names = [o["properties"]["name"]["const"] for o in schema["properties"]["call"]["oneOf"]]
+    assert set(names) == set(registry().names()) and schema["properties"]["note"]["maxLength"] == 160
+    # The tools are described in the system prompt instead.
+    assert '"name": "measure_rate"' in body["messages"][0]["content"]
+    turns = [e for e in read_transcript(sess.transcript) if isinstance(e, PlannerTurn)]
+    assert [c.name for t in turns for c in t.tool_calls] == ["generate_and_classify", "finish"]
+    assert turns[0].reasoning == "the baseline first"
+    assert next(e for e in read_transcript(sess.transcript) if e.kind == "tool_returned").ok

@@ -42,7 +42,7 @@ FLAG_OF = {"class": "--class", "label": "--class", "budget": "--budget", "seed":
            "planner.max_seconds": "--max-seconds",
            "planner.name": "--planner", "planner.llm.timeout_s": "--llm-timeout",
            "planner.llm.retries": "--llm-retries", "planner.llm.api_base": "--api-base",
-           "planner.llm.tool_choice": "--tool-choice",
+           "planner.llm.tool_choice": "--tool-choice", "planner.llm.call_format": "--call-format",
            "planner.context_tokens": "--llm-context", "planner": "--planner"}
 
 
@@ -96,6 +96,10 @@ def add_planner_arguments(p: argparse.ArgumentParser, *, extra: tuple[str, ...] 
                    help="Send this tool_choice with every investigation request: 'required' makes a server that "
                         "supports it (llama.cpp's llama-server, vLLM, OpenAI) constrain each reply to a tool call, a "
                         "forced-call mode for small local models (default: not sent; the server's own, auto).")
+    g.add_argument("--call-format", choices=["tools", "json"],
+                   help="'json': a forced-call mode for small local models that write calls in their own format: "
+                        "the tools are described in the system prompt and a response_format grammar makes every "
+                        "reply one JSON call (default 'tools': the server's tool calling).")
     g.add_argument("--llm-retries", type=int, metavar="N",
                    help="Retries of a rate-limited, timed-out or failed LLM request, with backoff "
                         f"(default {default(LLMConfig, 'retries')}).")
@@ -180,13 +184,15 @@ def planner_config(args: argparse.Namespace) -> PlannerConfig:
         for flag, value in (("--api-base", args.api_base), ("--api-key-env", args.api_key_env),
                             ("--planner-sees-images", args.planner_sees_images), ("--llm-timeout", args.llm_timeout),
                             ("--llm-retries", args.llm_retries), ("--llm-context", args.llm_context),
-                            ("--tool-choice", getattr(args, "tool_choice", None))):
+                            ("--tool-choice", getattr(args, "tool_choice", None)),
+                            ("--call-format", getattr(args, "call_format", None))):
             if value:
                 raise UsageError(f"{flag} needs --llm MODEL")
     if args.api_key_env and not os.environ.get(args.api_key_env):
         raise UsageError(f"--api-key-env: environment variable {args.api_key_env} is not set")
     llm = _set(args, {"llm": "model", "api_base": "api_base", "api_key_env": "api_key_env",
-                      "llm_timeout": "timeout_s", "llm_retries": "retries", "tool_choice": "tool_choice"})
+                      "llm_timeout": "timeout_s", "llm_retries": "retries", "tool_choice": "tool_choice",
+                      "call_format": "call_format"})
     settings = {"name": name, **_set(args, {"baseline_n": "baseline_n", "max_turns": "max_turns",
                                             "max_seconds": "max_seconds", "llm_context": "context_tokens"})}
     if args.planner_sees_images:

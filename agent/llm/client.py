@@ -51,6 +51,11 @@ class LLMConfig(BaseModel):
     tool_choice: Literal["auto", "required"] | None = Field(None, description=(
         "Sent as the request's tool_choice: 'required' makes servers that support it (llama.cpp, vLLM, OpenAI) "
         "constrain every reply to a tool call (a forced-call mode for small local models); None: not sent."))
+    call_format: Literal["tools", "json"] = Field("tools", description=(
+        "'tools': tool schemas go in the request's tools and calls come back as tool_calls (or written in the text). "
+        "'json': a forced-call mode for small local models: the tools are described in the system prompt and "
+        "response_format makes the server's grammar constrain every reply to one JSON object {\"call\": {\"name\": "
+        "..., \"arguments\": ...}, \"note\": ...}, the call first."))
     temperature: float | None = Field(0.0, description="None: the provider's default.")
     max_tokens: int | None = Field(2048, description="Most tokens per reply.")
 
@@ -174,13 +179,15 @@ class LLMClient:
         return self._litellm
 
     def _send(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
-              tool_choice: str | None = None) -> Any:
+              tool_choice: str | None = None, response_format: dict[str, Any] | None = None) -> Any:
         kwargs: dict[str, Any] = {"model": self.config.model, "messages": messages, "timeout": self.config.timeout_s,
                                   "max_retries": 0}  # retries are ours: one policy, one count
         if tools:
             kwargs["tools"] = tools
             if tool_choice:
                 kwargs["tool_choice"] = tool_choice
+        if response_format is not None:
+            kwargs["response_format"] = response_format
         if self.config.api_base:
             kwargs["api_base"] = self.config.api_base
         if self.api_key:
@@ -194,7 +201,7 @@ class LLMClient:
         return self._lib().completion(**kwargs)
 
     def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None, *,
-                 tool_choice: str | None = None) -> LLMReply:
+                 tool_choice: str | None = None, response_format: dict[str, Any] | None = None) -> LLMReply:
         """One reply, retried on transient failures; raises ``ContextTooLong`` or ``LLMError``. ``tool_choice``
         overrides the config's for this request ('' sends none)."""
         lib = self._lib()
@@ -209,7 +216,7 @@ class LLMClient:
         while True:
             attempt += 1
             try:
-                response = self._send(messages, tools, choice or None)
+                response = self._send(messages, tools, choice or None, response_format)
                 break
             except lib.ContextWindowExceededError as e:
                 raise ContextTooLong(mask_string(f"the request is too long for {self.config.model}: {e}")) from None

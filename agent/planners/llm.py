@@ -78,6 +78,33 @@ def parse_arguments(raw: str, known_refs: list[str]) -> dict[str, Any] | str:
     return expand_refs(data, known_refs)
 
 
+NOTE_CHARS = 160
+"""Longest note after a call in forced-call mode: a free text field that comes first, or runs long, fills with
+results nobody measured (docs/llm.md)."""
+
+
+def call_response_format(tools: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """A JSON schema for one reply: the call first (one object per tool, its name a constant and its arguments that
+    tool's schema), then a short note."""
+    options = [{"type": "object", "properties": {"name": {"const": t["function"]["name"]},
+                                                 "arguments": t["function"]["parameters"]},
+                "required": ["name", "arguments"], "additionalProperties": False} for t in tools]
+    schema = {"type": "object", "properties": {"call": {"oneOf": options},
+                                               "note": {"type": "string", "maxLength": NOTE_CHARS}},
+              "required": ["call", "note"], "additionalProperties": False}
+    return {"type": "json_schema", "json_schema": {"name": "tool_call", "schema": schema}}
+
+
+def json_call_guide(tools: Sequence[dict[str, Any]]) -> str:
+    """The tool list written into the system prompt for forced-call mode."""
+    listing = "\n".join(json.dumps({"name": t["function"]["name"], "description": t["function"]["description"],
+                                     "arguments": t["function"]["parameters"]}, ensure_ascii=False) for t in tools)
+    return ("\n## How to call a tool\n\nAnswer every turn with exactly one JSON object: "
+            '{"call": {"name": TOOL, "arguments": {...}}, "note": "why, in one sentence"}. The call comes first; the '
+            "tool's result arrives in the next message (never write it yourself). The tools and their arguments:\n"
+            + listing + "\n")
+
+
 class LLMPlanner:
     """Plans with a language model reached through ``LLMClient``."""
 
@@ -106,6 +133,12 @@ class LLMPlanner:
                                     alpha=alpha, mode=mode)
         self.task = Template(INVESTIGATE_TASK).substitute(label=label) if mode == "investigate" else None
         self._tools = registry.schemas()
+        self.json_calls = client.config.call_format == "json" and mode == "investigate"
+        """Forced-call mode: no tools in the request; a response_format grammar makes every reply one call."""
+        self._format: dict[str, Any] | None = None
+        if self.json_calls:
+            self.system += json_call_guide(self._tools)
+            self._format = call_response_format(self._tools)
         self.budget = budget
         self.ledger = mode == "investigate"
         """Append the ledger (tests, findings, images left, when to stop) to every request."""
@@ -152,7 +185,7 @@ class LLMPlanner:
     def _messages(self, events: Sequence[Event], context: ContextConfig) -> list[dict[str, Any]]:
         note = ledger(events, budget=self.budget) if self.ledger else ""
         messages = build_messages(events, system=self.system, own_model=self.model, task=self.task, config=context,
-                                  artifacts=self.artifacts, tools=self._tools,
+                                  artifacts=self.artifacts, tools=None if self.json_calls else self._tools,
                                   reserve=estimate_tokens([{"content": note}]))
         # Appended after the history, never stored in it: the earlier messages stay byte-identical across turns.
         if note:
@@ -175,7 +208,10 @@ class LLMPlanner:
             messages = self._messages(events, context) + nudges
             try:
                 requests += 1
-                reply = self.client.complete(messages, self._tools, tool_choice=choice)
+                if self.json_calls:
+                    reply = self.client.complete(messages, None, response_format=self._format)
+                else:
+                    reply = self.client.complete(messages, self._tools, tool_choice=choice)
                 requests += reply.attempts - 1
             except ContextTooLong as e:
                 if context.max_tokens <= 2000:
@@ -210,6 +246,19 @@ class LLMPlanner:
             seen.add(call_id)
             calls.append(ToolCall(id=call_id, name=raw.name.strip(), arguments=parse_arguments(raw.arguments, known)))
         text = reply.content.strip()
+        if not calls and text and self.json_calls:
+            # Forced-call mode: the reply is {"call": {...}, "note": "..."}; the note is the turn's reasoning.
+            try:
+                data = json.loads(text)
+            except json.JSONDecodeError:
+                data = None
+            call = data.get("call") if isinstance(data, dict) else None
+            if isinstance(call, dict) and isinstance(call.get("name"), str):
+                args = call.get("arguments")
+                calls.append(ToolCall(id=f"json_{len(events)}", name=call["name"].strip(),
+                                      arguments=parse_arguments(json.dumps(args if args is not None else {}), known)))
+                note = data.get("note") if isinstance(data, dict) else None
+                text = note.strip() if isinstance(note, str) else ""
         if not calls and text:
             # Many local models write their calls in the text (fenced JSON, <tool_call> tags) and go on to invent
             # the result: read the calls, keep the words before any invented result, and drop the rest.
