@@ -28,17 +28,18 @@ def investigate(capsys, tmp_path, *args: str) -> dict:
     return json.loads(out)
 
 
-def test_cat_investigation_confirms_cat_in_snow(capsys, tmp_path):
-    out = investigate(capsys, tmp_path, "--class", "cat")
+def test_fly_investigation_confirms_the_planted_flower(capsys, tmp_path):
+    out = investigate(capsys, tmp_path, "--class", "fly")
     assert {"class", "images", "transcript", "findings"} <= set(out)
-    assert out["class"] == "cat" and 0 < out["images"] <= 20_000
+    # The protocol planner stops when nothing plausible is left, far inside the 20,000-image budget.
+    assert out["class"] == "fly" and 0 < out["images"] <= 6_000
     oracle = Oracle()
-    bug = next(b for b in oracle.bugs() if b.class_ == "cat")
-    # Found under whatever phrasing the planner tested, as the world's parser reads it (e.g. on a frozen lake).
-    snow = [f for f in out["findings"] if names_bug(f["caption"], bug, oracle.world)]
-    assert snow, [f["caption"] for f in out["findings"]]
+    bug = next(b for b in oracle.bugs() if b.class_ == "fly")
+    # Found under whatever phrasing the planner tested, as the world's parser reads it (e.g. a potted plant).
+    flower = [f for f in out["findings"] if names_bug(f["caption"], bug, oracle.world)]
+    assert flower, [f["caption"] for f in out["findings"]]
     assert all(set(f) == set(FindingSummary.model_fields) for f in out["findings"])
-    f = snow[0]
+    f = flower[0]
     d = f["discovery"]
     assert f["confirmed"] and d["adjusted_p"] < 0.05 and f["confirmation"]["adjusted_p"] < 0.05
     assert d["rate_ratio"] > 5 and d["rate_ratio_ci"][0] > 1

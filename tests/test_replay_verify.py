@@ -147,9 +147,14 @@ def test_fork_with_recorded_turns_reruns_a_session_without_any_model(tmp_path, c
     # Recorded on another machine, perhaps: results within the tolerance policy, counts drifting at most.
     assert_equivalent_runs(read_transcript(out / "transcript.jsonl"), read_transcript(AUDIT_FLY),
                            allow=("equivalent", "drifted"))
-    # Line 30 falls inside the turn that starts at line 10 (28 measurements): the prefix ends before that turn.
+    # Line 30 falls inside a turn that starts before it (the screening turn, one look per candidate): the prefix
+    # ends before that turn.
+    events = read_transcript(AUDIT_FLY)
+    starts = [i for i, e in enumerate(events) if e.kind == "planner_turn"]
+    inside = max(i for i in starts if i < 29)
+    assert inside < 28 and min(i for i in starts if i > inside) > 30
     keep = json.loads((out / "fork.json").read_text())["kept_lines"]
-    assert keep == 9 and read_transcript(AUDIT_FLY)[keep].kind == "planner_turn"
+    assert keep == inside and events[keep].kind == "planner_turn"
     assert (out / "transcript.jsonl").read_bytes().split(b"\n")[:keep] == AUDIT_FLY.read_bytes().split(b"\n")[:keep]
 
 
