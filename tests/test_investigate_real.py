@@ -49,7 +49,8 @@ def test_investigate_on_tiny_real_models(models: dict[str, str], tmp_path: Path,
     # earlier protocol planner measures caption hypotheses straight from the baseline's failures, so 200 images reach
     # measure_rate on the real models (the protocol planner would spend them screening).
     code = main(["investigate", "--class", "tabby cat", "--criterion", "parent", "--budget", "200",
-                 "--planner", "protocol-v1", "--baseline-n", "50", "--runs", str(tmp_path / "runs"), "--json", *model_flags(models),
+                 "--planner", "protocol-v1", "--baseline-n", "50", "--runs", str(tmp_path / "runs"), "--json",
+                 *model_flags(models),
                  "--class-token", str(tmp_path / "tabby.bin"), "--clip-checks", "on", "--clip-class-top-k", "1000",
                  "--clip-shift-threshold", "-1"])
     seconds = time.perf_counter() - t0
