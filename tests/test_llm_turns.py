@@ -158,3 +158,19 @@ def test_forced_call_mode_sends_a_grammar_instead_of_tools_and_reads_the_call(tm
     assert [c.name for t in turns for c in t.tool_calls] == ["generate_and_classify", "finish"]
     assert turns[0].reasoning == "the baseline first"
     assert next(e for e in read_transcript(sess.transcript) if e.kind == "tool_returned").ok
+
+
+def test_a_spent_budget_ends_the_run_cleanly_and_max_turns_ends_it_with_its_own_status(tmp_path):
+    look = tool_call("generate_and_classify", {"prompt": CAT, "n": 250}, "g")
+    with StubServer([tool_reply(look), tool_reply(dict(look, id="g2"))],
+                    fallback=tool_reply(tool_call("finish", {"summary": "x"}, "f"))) as stub:
+        sess, planner = make(stub, tmp_path / "budget")
+        sess.investigation.budget.images = 300
+        result = sess.run(planner)
+    # The second look is refused for want of images: the run ends there, cleanly, without asking the model again.
+    assert result.status == "budget_spent" and len(stub.requests) == 2
+    assert "- images: 250 used, 50 left of 300" in stub.requests[1].messages[-1]["content"]
+    with StubServer([], fallback=tool_reply(measure(1))) as stub:
+        sess, planner = make(stub, tmp_path / "turns")
+        result = sess.run(planner, max_turns=2)
+    assert (result.status, result.n_turns) == ("max_turns", 2) and len(stub.requests) == 2

@@ -51,9 +51,10 @@ def ledger(events: Sequence[Event], *, budget: int | None) -> str:
     now = {id(t): float(a) for t, a in zip(discovery, adjusted)}
     confirmations = sum(1 for t in tests if t.get("purpose") == "confirmation")
     lines = ["Ledger (sleuth's record of this investigation so far; numbers from the tools):"]
-    if left is not None or budget is not None:
-        total = budget if budget is not None else used + (left or 0)
-        lines.append(f"- images: {used:,} used, {left if left is not None else total - used:,} left of {total:,}")
+    if left is not None:  # what the tools report is the budget in force
+        lines.append(f"- images: {used:,} used, {left:,} left of {used + left:,}")
+    elif budget is not None:
+        lines.append(f"- images: {used:,} used, {budget - used:,} left of {budget:,}")
     lines.append(f"- confirmation attempts: {confirmations} of {MAX_CONFIRMATIONS} used (each tested at "
                  f"alpha/{MAX_CONFIRMATIONS})")
     if tests:
