@@ -60,6 +60,24 @@ def test_the_ledger_lists_tests_findings_attempts_and_images(tmp_path):
     assert "recorded findings: none" in third and "Call finish when" in third
 
 
+def test_the_ledger_lists_what_was_proposed_and_not_yet_measured(tmp_path):
+    script = [tool_reply(tool_call("perturb_caption", {"caption": CAT, "types": ["background"]}, "p")),
+              tool_reply(measure(1, caption=CAT + " in the snow.")),
+              tool_reply(tool_call("finish", {"summary": "done"}, "f"))]
+    with StubServer(script) as stub:
+        sess, planner = make(stub, tmp_path)
+        sess.run(planner)
+    edits = next(e for e in read_transcript(sess.transcript) if e.kind == "tool_returned").result["edits"]
+    captions = [e["caption"] for e in edits]
+    assert CAT + " in the snow." in captions and len(captions) >= 2
+    after_proposal, after_test = stub.requests[1].messages[-1]["content"], stub.requests[2].messages[-1]["content"]
+    assert f"proposed and not yet measured ({len(captions)};" in after_proposal
+    assert f"proposed and not yet measured ({len(captions) - 1};" in after_test
+    listed = after_test.split("proposed and not yet measured")[1].split("\n")[0]
+    first_untested = next(c for c in captions if c != CAT + " in the snow.")
+    assert f'"{CAT} in the snow."' not in listed and f'"{first_untested}"' in listed
+
+
 def test_the_prompt_prefix_is_byte_identical_across_turns(tmp_path):
     """Between the ledger's updates only new messages are added: every request starts with the previous request's
     messages (less its ledger), byte for byte, so a server's prompt cache keeps them."""

@@ -100,3 +100,27 @@ def test_prompt_token_estimates_track_the_servers_count(local_llm: RunningLLM, t
     # Prose with rare words and names (this repository's README) is not undercounted by much either.
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     assert 0.93 <= text_tokens(readme) / local_llm.count_tokens(readme) <= 1.1
+
+
+def test_a_real_model_drives_a_short_investigation_in_forced_call_mode(local_llm: RunningLLM,
+                                                                        tmp_path: Path) -> None:
+    """Four turns of the LLM planner with the real model, no shim: every turn is one schema-valid call that runs."""
+    from sleuth.agent.events import PlannerTurn, ToolReturned
+    from sleuth.agent.llm.context import ContextConfig
+    from sleuth.agent.planners.llm import LLMPlanner
+
+    backends = load_backends()
+    sess = new_session(backends, tmp_path / "run", cache=PredictionCache(), budget=3000, **{"class": LABEL})
+    client = LLMClient(LLMConfig(model=local_llm.model, api_base=local_llm.base_url, timeout_s=1800,
+                                 max_tokens=200, call_format="json"))
+    planner = LLMPlanner(client, registry(), label=LABEL, class_prompt=backends.prompt_for(LABEL),
+                         labels=backends.classifier.labels.labels, budget=3000,
+                         context=ContextConfig(max_tokens=12_000))
+    result = sess.run(planner, max_turns=4)
+    events = read_transcript(sess.transcript)
+    turns = [e for e in events if isinstance(e, PlannerTurn)]
+    returned = [e for e in events if isinstance(e, ToolReturned)]
+    assert result.status in ("max_turns", "completed", "budget_spent"), result
+    assert turns and all(len(t.tool_calls) == 1 for t in turns)
+    assert all(r.ok for r in returned), [r.error for r in returned if not r.ok]
+    assert all(t.latency_s and t.requests for t in turns)

@@ -256,3 +256,15 @@ def test_measure_rate_makes_its_last_affordable_look_final(tmp_path):
     p1 = stats.fisher_p_greater(r.hypothesis.failures.k, 100, r.baseline.k, r.baseline.n)
     assert plan.final_threshold(0) == pytest.approx(inv.alpha) and r.p_value == pytest.approx(p1)
     assert inv.budget.used == 1100
+
+
+@pytest.mark.parametrize("caption", [CAT, CAT + ".", "A realistic  photograph of a cat ."])
+def test_measure_rate_refuses_the_class_prompt_itself(ctx, caption):
+    """The class prompt is the baseline: measuring it as a hypothesis tests nothing and would spend a confirmation
+    attempt (small models do this over and over)."""
+    for confirm in (False, True):
+        with pytest.raises(ToolError, match="the class prompt itself"):
+            call(ctx, "measure_rate", caption=caption, confirm=confirm)
+    assert ctx.investigation.tests == [] and ctx.investigation.budget.used == 0
+    # A caption that adds a condition is a hypothesis.
+    assert call(ctx, "measure_rate", caption=SNOW, max_n=50).verdict in ("supported", "inconclusive", "not supported")

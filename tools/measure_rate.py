@@ -20,7 +20,7 @@ from sleuth.tools.common import SampleSummary, investigation, sample_line, summa
 from sleuth.tools.context import ToolContext
 from sleuth.tools.counterfactual import Flip, counterfactual_pairs, counterfactual_size, mcnemar_text, paired_counts
 from sleuth.tools.defaults import BASELINE_N
-from sleuth.tools.investigation import Investigation, Purpose, Test, merge
+from sleuth.tools.investigation import Investigation, Purpose, Test, merge, normalise_caption, split_sentences
 from sleuth.tools.registry import ToolError
 from sleuth.tools.text import VERDICT_STYLE, Line, kn, kn_short, pv, quote, ratio
 
@@ -106,6 +106,11 @@ def run(args: Args, ctx: ToolContext) -> Result:
     inv = investigation(ctx)
     if inv.label.lower() not in args.caption.lower():
         raise ToolError(f"the caption must name the class under audit ({inv.label!r}): {args.caption!r}")
+    if args.mode == "sample" and split_sentences(normalise_caption(args.caption)) == \
+            split_sentences(normalise_caption(inv.class_prompt)):
+        raise ToolError(f"{args.caption!r} is the class prompt itself, the baseline every hypothesis is measured "
+                        "against: a hypothesis adds a condition to it (e.g. a background, a style or an object), "
+                        "taken from caption_failures or perturb_caption")
     purpose: Purpose = "confirmation" if args.confirm else "discovery"
     if args.mode == "counterfactual":
         return _counterfactual(inv, args, purpose)

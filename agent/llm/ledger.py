@@ -21,6 +21,14 @@ MAX_ROWS = 30
 """Tests listed (the newest); older ones are counted."""
 
 
+MAX_PROPOSED = 8
+"""Proposed hypotheses listed (the oldest untested first)."""
+
+
+def _key(caption: str) -> str:
+    return " ".join(caption.lower().replace(".", " ").split())
+
+
 def _p(p: float | None) -> str:
     if p is None:
         return "n/a"
@@ -31,6 +39,7 @@ def ledger(events: Sequence[Event], *, budget: int | None) -> str:
     calls = {e.call_id: e for e in events if isinstance(e, ToolCalled)}
     tests: list[dict[str, Any]] = []
     findings: list[dict[str, Any]] = []
+    proposed: list[str] = []
     used = 0
     left: int | None = None
     for e in events:
@@ -45,6 +54,11 @@ def ledger(events: Sequence[Event], *, budget: int | None) -> str:
             tests.append(e.result)
         elif e.name == "record_finding":
             findings.append(e.result)
+        elif e.name == "caption_failures":
+            proposed += [str(h.get("caption", "")) for h in e.result.get("hypotheses", [])]
+        elif e.name == "perturb_caption":
+            rewrites = [*e.result.get("edits", []), *e.result.get("refinements", [])]
+            proposed += [str(x.get("caption", "")) for x in rewrites]
     discovery = [t for t in tests if t.get("purpose") == "discovery"]
     adjusted = stats.adjust_pvalues([float(t.get("p_value", 1.0)) for t in discovery], method="holm") \
         if discovery else []
@@ -69,6 +83,12 @@ def ledger(events: Sequence[Event], *, budget: int | None) -> str:
                          f"adjusted p {_p(p)}")
     else:
         lines.append("- tests: none yet")
+    measured = {_key(str(t.get("caption", ""))) for t in tests}
+    untested = list(dict.fromkeys(c for c in proposed if c and _key(c) not in measured))
+    if untested:
+        lines.append(f"- proposed and not yet measured ({len(untested)}; from caption_failures and perturb_caption): "
+                     + "; ".join(S.quote(c) for c in untested[:MAX_PROPOSED])
+                     + ("; ..." if len(untested) > MAX_PROPOSED else ""))
     if findings:
         lines.append("- recorded findings: " + "; ".join(
             f"{f.get('finding_id')} {S.quote(str(f.get('caption', '')))}" for f in findings))
