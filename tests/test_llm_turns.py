@@ -58,6 +58,10 @@ def test_the_ledger_lists_tests_findings_attempts_and_images(tmp_path):
     assert f"- images: {used:,} used, {20_000 - used:,} left of 20,000" in second
     assert "1 of 10 used" in third and "t2 confirmation" in third
     assert "recorded findings: none" in third and "Call finish when" in third
+    # The protocol's next step, with the ids to use: confirm the supported discovery, then record it.
+    assert t1["verdict"] == "supported"
+    assert f'Suggested next step (the protocol\'s; yours to decide): confirm "{SNOW}" (supported as t1)' in second
+    assert f"record_finding with caption \"{SNOW}\", discovery_test 't1', confirmation_test 't2'" in third
 
 
 def test_the_ledger_lists_what_was_proposed_and_not_yet_measured(tmp_path):
@@ -76,6 +80,7 @@ def test_the_ledger_lists_what_was_proposed_and_not_yet_measured(tmp_path):
     listed = after_test.split("proposed and not yet measured")[1].split("\n")[0]
     first_untested = next(c for c in captions if c != CAT + " in the snow.")
     assert f'"{CAT} in the snow."' not in listed and f'"{first_untested}"' in listed
+    assert f'measure_rate with caption "{captions[0]}", a proposed hypothesis' in after_proposal
 
 
 def test_the_prompt_prefix_is_byte_identical_across_turns(tmp_path):

@@ -95,9 +95,44 @@ def ledger(events: Sequence[Event], *, budget: int | None) -> str:
     else:
         lines.append("- recorded findings: none")
     pending = [c for c in calls.values() if c.name == "finish"]
+    step = next_step(tests, findings, untested, confirmations, left, saw_baseline=bool(calls),
+                     proposals=bool(proposed))
+    if step and not pending:
+        lines.append(f"Suggested next step (the protocol's; yours to decide): {step}")
     if not pending:
         lines.append("Next: one experiment at a time; call the tool and wait for its result (never write a result "
                      "yourself). Confirm a supported discovery with measure_rate(confirm=true), then record_finding "
                      "with both test ids. Call finish when nothing worth testing is left, when all confirmation "
                      "attempts are used, or when the images left cannot pay for a confirmation (about 300).")
     return "\n".join(lines)
+
+
+def next_step(tests: Sequence[dict[str, Any]], findings: Sequence[dict[str, Any]], untested: Sequence[str],
+              confirmations: int, left: int | None, *, saw_baseline: bool, proposals: bool) -> str:
+    """What the protocol would do next, in words with the ids to use: record a confirmed test, confirm a supported
+    discovery, measure a proposed hypothesis, or ask for proposals. A small model follows the ids it is given."""
+    recorded = {_key(str(f.get("caption", ""))) for f in findings}
+    confirmed = {_key(str(t.get("caption", ""))): t for t in tests
+                 if t.get("purpose") == "confirmation" and t.get("verdict") == "supported"}
+    discovered = [t for t in tests if t.get("purpose") == "discovery" and t.get("mode") != "counterfactual"
+                  and t.get("verdict") == "supported"]
+    for t in discovered:
+        key = _key(str(t.get("caption", "")))
+        if key in confirmed and key not in recorded:
+            c = confirmed[key]
+            return (f"record_finding with caption {S.quote(str(t.get('caption')))}, discovery_test "
+                    f"{t.get('test_id')!r}, confirmation_test {c.get('test_id')!r} and a one-sentence summary.")
+    tried = {_key(str(t.get("caption", ""))) for t in tests if t.get("purpose") == "confirmation"}
+    fresh = [t for t in discovered if _key(str(t.get("caption", ""))) not in tried]
+    if fresh and confirmations < MAX_CONFIRMATIONS and (left is None or left >= 300):
+        best = max(fresh, key=lambda t: (t.get("rate_ratio") or {}).get("low") or 0.0)
+        return (f"confirm {S.quote(str(best.get('caption')))} (supported as {best.get('test_id')}) with "
+                "measure_rate(caption=..., confirm=true).")
+    if untested and (left is None or left >= 300):
+        return (f"measure_rate with caption {S.quote(untested[0])}, a proposed hypothesis not yet measured "
+                "(max_n 200).")
+    if not saw_baseline:
+        return "generate_and_classify of the class prompt (the baseline), then caption_failures of its measurement."
+    if not proposals:
+        return "perturb_caption of the class prompt, for hypotheses to measure."
+    return "finish with a summary of the recorded findings, if nothing else is worth testing."
