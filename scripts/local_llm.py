@@ -247,7 +247,20 @@ class ServerOptions:
                 "-c", str(self.ctx_size), "-t", str(self.threads), "-tb", str(self.threads),
                 # One slot: every request lands where the last one left its KV cache, so a prompt that only grew
                 # is processed from where it changed, not from the start.
-                "-np", "1", "--no-webui", *self.extra]
+                "-np", "1", "--no-webui", *(["--no-repack"] if cpu_has_amx() else []), *self.extra]
+
+
+def cpu_has_amx(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
+    """Whether the CPU advertises AMX. A native build then compiles llama.cpp's AMX kernels, and where the kernel does
+    not grant the process AMX tile state (seen in a VM) the first matrix product faults (SIGSEGV in
+    ``ggml_backend_amx_mul_mat``); ``--no-repack`` keeps the weights out of the AMX buffer type, so those kernels are
+    never called."""
+    try:
+        text = cpuinfo.read_text(errors="replace")
+    except OSError:
+        return False
+    return any(flag.startswith("amx") for line in text.splitlines() if line.startswith("flags")
+               for flag in line.split(":", 1)[-1].split())
 
 
 def _get(url: str, timeout: float = 2.0) -> tuple[int, dict[str, Any]]:

@@ -197,3 +197,34 @@ def test_a_spent_budget_ends_the_run_cleanly_and_max_turns_ends_it_with_its_own_
         sess, planner = make(stub, tmp_path / "turns")
         result = sess.run(planner, max_turns=2)
     assert (result.status, result.n_turns) == ("max_turns", 2) and len(stub.requests) == 2
+
+
+def _t(tid: str, caption: str, purpose: str, verdict: str, low: float = 2.0) -> dict[str, Any]:
+    return {"test_id": tid, "caption": caption, "purpose": purpose, "verdict": verdict, "mode": "single",
+            "rate_ratio": {"low": low}}
+
+
+def test_the_suggested_step_follows_the_protocol_and_ends_in_finish() -> None:
+    from sleuth.agent.llm.ledger import next_step
+
+    def step(tests: list[dict[str, Any]], findings: list[dict[str, Any]] | None = None, untested: tuple[str, ...] = (),
+             left: int | None = 5000) -> str:
+        confirmations = sum(1 for t in tests if t["purpose"] == "confirmation")
+        return next_step(tests, findings or [], list(untested), confirmations, left, saw_baseline=True,
+                         proposals=True)
+
+    assert step([]).startswith("finish with")
+    assert "measure_rate with caption" in step([], untested=("a cat. it is dark.",))
+    found = [_t("t1", SNOW, "discovery", "supported"), _t("t2", "x", "discovery", "supported", low=4.0)]
+    assert "confirm 'x' (supported as t2)" in step(found).replace('"', "'")
+    confirmed = [*found, _t("t3", SNOW, "confirmation", "supported")]
+    assert "discovery_test 't1', confirmation_test 't3'" in step(confirmed)
+    # a confirmed test waiting to be recorded comes first even when the attempts or the images have run out
+    spent = confirmed + [_t(f"c{i}", f"y{i}", "confirmation", "not supported") for i in range(9)]
+    assert "record_finding" in step(spent, left=100)
+    recorded = [{"finding_id": "f1", "caption": SNOW}]
+    # all ten attempts used: nothing can be confirmed, so measuring more is waste
+    assert step(spent, recorded, untested=("a cat. it is dark.",)).startswith("finish: all 10 confirmation")
+    # too few images for a confirmation: finish rather than measure or confirm
+    assert step(found, untested=("a cat. it is dark.",), left=299).startswith("finish: 299 images are left")
+    assert "confirm" in step(found, left=300)

@@ -121,3 +121,14 @@ def test_background_start_is_idempotent_and_stop_ends_only_that_process(paths):
 def test_start_says_what_to_run_when_nothing_is_built(paths):
     with pytest.raises(FileNotFoundError, match="setup"):
         script.LocalServer(paths).start()
+
+
+def test_amx_cpus_start_the_server_without_repacked_weights(tmp_path) -> None:
+    ServerOptions, cpu_has_amx = script.ServerOptions, script.cpu_has_amx
+    amx = tmp_path / "amx"
+    amx.write_text("processor\t: 0\nflags\t\t: fpu sse avx2 avx512f amx_bf16 amx_tile amx_int8\n")
+    plain = tmp_path / "plain"
+    plain.write_text("processor\t: 0\nflags\t\t: fpu sse avx2 avx512f\n")
+    assert cpu_has_amx(amx) and not cpu_has_amx(plain) and not cpu_has_amx(tmp_path / "missing")
+    args = ServerOptions().args(tmp_path / "m.gguf", 8080)
+    assert ("--no-repack" in args) == cpu_has_amx()

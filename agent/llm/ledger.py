@@ -122,13 +122,19 @@ def next_step(tests: Sequence[dict[str, Any]], findings: Sequence[dict[str, Any]
             c = confirmed[key]
             return (f"record_finding with caption {S.quote(str(t.get('caption')))}, discovery_test "
                     f"{t.get('test_id')!r}, confirmation_test {c.get('test_id')!r} and a one-sentence summary.")
+    if confirmations >= MAX_CONFIRMATIONS:
+        return (f"finish: all {MAX_CONFIRMATIONS} confirmation attempts are used, so nothing more can be confirmed; "
+                "summarise the recorded findings.")
+    if left is not None and left < 300:
+        return (f"finish: {left:,} images are left, too few for a confirmation (about 300); summarise the recorded "
+                "findings.")
     tried = {_key(str(t.get("caption", ""))) for t in tests if t.get("purpose") == "confirmation"}
     fresh = [t for t in discovered if _key(str(t.get("caption", ""))) not in tried]
-    if fresh and confirmations < MAX_CONFIRMATIONS and (left is None or left >= 300):
+    if fresh:
         best = max(fresh, key=lambda t: (t.get("rate_ratio") or {}).get("low") or 0.0)
         return (f"confirm {S.quote(str(best.get('caption')))} (supported as {best.get('test_id')}) with "
                 "measure_rate(caption=..., confirm=true).")
-    if untested and (left is None or left >= 300):
+    if untested:
         return (f"measure_rate with caption {S.quote(untested[0])}, a proposed hypothesis not yet measured "
                 "(max_n 200).")
     if not saw_baseline:
