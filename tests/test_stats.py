@@ -288,3 +288,50 @@ def test_paired_rate_ratio_covers_and_is_narrower_than_katz_on_paired_data(n, p0
             katz.append(math.log(k.high / k.low))
     assert abs(covered / 3000 - 0.95) < 0.025
     assert np.median(widths) < np.median(katz)
+
+
+def _paired_coverage(n: int, p11: float, p10: float, p01: float, confidence: float = 0.95) -> float:
+    """Exact coverage of the paired-difference interval: every 2x2 table of n pairs, weighted by its probability."""
+    from scipy.stats import multinomial
+
+    p00 = 1 - p11 - p10 - p01
+    true = (p11 + p01) - (p11 + p10)  # after - before
+    cover = 0.0
+    for a in range(n + 1):
+        for b in range(n + 1 - a):
+            for c in range(n + 1 - a - b):
+                pr = float(multinomial.pmf([a, b, c, n - a - b - c], n, [p11, p10, p01, p00]))
+                if pr > 1e-12:
+                    ci = stats.paired_difference(a, b, c, n, confidence)
+                    cover += pr * (ci.low <= true <= ci.high)
+    return cover
+
+
+@pytest.mark.parametrize("n,p11,p10,p01", [(30, 0.8, 0.1, 0.05), (40, 0.5, 0.2, 0.1), (30, 0.9, 0.04, 0.04),
+                                            (25, 0.85, 0.05, 0.02)])
+def test_paired_difference_interval_keeps_its_coverage(n: int, p11: float, p10: float, p01: float) -> None:
+    """Newcombe's method 10 is near nominal, and conservative when accuracies are close to 1 (measured exactly:
+    0.959, 0.947, 0.989, 0.992 for these four)."""
+    assert 0.935 <= _paired_coverage(n, p11, p10, p01) <= 0.995
+
+
+def test_paired_difference_agrees_with_wald_on_large_samples_and_stays_in_range() -> None:
+    ci = stats.paired_difference(9000, 300, 120, 10_000)
+    assert ci.before.rate == 0.93 and ci.after.rate == pytest.approx(0.912) and ci.difference == pytest.approx(-0.018)
+    wald = 1.959964 * math.sqrt((300 + 120) / 10_000 ** 2 - 0.018 ** 2 / 10_000)
+    assert ci.low == pytest.approx(-0.018 - wald, abs=2e-4) and ci.high == pytest.approx(-0.018 + wald, abs=2e-4)
+    edge = stats.paired_difference(0, 0, 10, 10)  # everything flipped to success
+    assert edge.difference == 1.0 and -1.0 <= edge.low <= edge.high == 1.0
+    with pytest.raises(ValueError):
+        stats.paired_difference(5, 5, 5, 10)
+
+
+def test_non_inferiority_needs_the_lower_bound_above_the_margin() -> None:
+    # 18 fewer correct in 10,000: a 0.18-point drop, lower bound about -0.28 points
+    small = stats.non_inferiority(9500, 30, 12, 10_000, margin=0.01)
+    assert small.shown and -0.01 < small.interval.low < -0.0018 and small.interval.confidence == pytest.approx(0.9)
+    big = stats.non_inferiority(9000, 300, 120, 10_000, margin=0.01)  # a 1.8-point drop
+    assert not big.shown
+    assert not stats.non_inferiority(10, 0, 0, 10, margin=0.01).shown  # 10 pairs cannot show a one-point margin
+    with pytest.raises(ValueError):
+        stats.non_inferiority(1, 0, 0, 1, margin=0)

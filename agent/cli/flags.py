@@ -28,7 +28,8 @@ Progress = Callable[[str, int, int], None]
 SPEC_HELP = {
     "generator": "Image generator: toyworld (default) or diffusers:PATH_OR_HUB_ID[,steps=N,guidance=X,height=H,"
                  "width=W,batch=B,negative=TEXT].",
-    "classifier": "Classifier under audit: toyworld (default), efficientnet-lite0, torchvision:ARCH[:WEIGHTS], "
+    "classifier": "Classifier under audit: toyworld[:WEIGHTS] (default; WEIGHTS: e.g. what `sleuth mitigate` "
+                  "wrote), efficientnet-lite0, torchvision:ARCH[:WEIGHTS], "
                   "timm:NAME[:CKPT], open_clip:MODEL[:WEIGHTS], hf:PATH_OR_HUB_ID, callable:module:function.",
     "captioner": "Failure captioner: toyworld (default) or blip:PATH_OR_HUB_ID[,beams=N,samples=N].",
     "embedder": "Image embedder for clustering failures: toyworld (default), open_clip:MODEL:WEIGHTS or "

@@ -11,11 +11,40 @@ from pathlib import Path
 from sleuth.agent.report.data import ReportError, RunReport, find_transcripts, load_runs
 
 
+def find_mitigations(path: str | Path) -> list[Path]:
+    """``mitigation.json`` files of `sleuth mitigate` at ``path`` or one or two levels below it."""
+    p = Path(path)
+    if p.is_file():
+        p = p.parent
+    return sorted({*p.glob("mitigation.json"), *p.glob("*/mitigation.json"), *p.glob("*/*/mitigation.json")})
+
+
 def build_report(path: str | Path, *, verify: bool = True, title: str | None = None) -> str:
-    """The HTML of the run (or runs) under ``path``; ``ReportError`` for a missing or untrustworthy transcript."""
+    """The HTML of the run (or runs) under ``path``, and of any mitigation of them written there; ``ReportError``
+    for a missing or untrustworthy transcript or mitigation."""
+    from pydantic import ValidationError
+
+    from sleuth.agent.mitigate import MitigationResult
     from sleuth.agent.report.html import render_report
 
-    return render_report(load_runs(path, verify=verify), title=title)
+    mitigations = []
+    for m in find_mitigations(path):
+        try:
+            mitigations.append(MitigationResult.model_validate_json(m.read_text(encoding="utf-8")))
+        except (OSError, ValidationError) as e:
+            raise ReportError(f"{m}: not a mitigation result: {str(e).splitlines()[0]}") from None
+    if mitigations and not list(_transcripts(path)):
+        runs = sorted({r for m in mitigations for r in m.runs})
+        return render_report([r for run in runs for r in load_runs(run, verify=verify)], title=title,
+                             mitigations=mitigations)
+    return render_report(load_runs(path, verify=verify), title=title, mitigations=mitigations)
+
+
+def _transcripts(path: str | Path) -> list[Path]:
+    try:
+        return find_transcripts(path)
+    except ReportError:
+        return []
 
 
 def default_output(path: str | Path) -> Path:
@@ -35,5 +64,5 @@ def write_report(path: str | Path, out: str | Path | None = None, *, verify: boo
     return target
 
 
-__all__ = ["ReportError", "RunReport", "build_report", "default_output", "find_transcripts", "load_runs",
-           "write_report"]
+__all__ = ["ReportError", "RunReport", "build_report", "default_output", "find_mitigations", "find_transcripts",
+           "load_runs", "write_report"]

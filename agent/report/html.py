@@ -13,6 +13,7 @@ from pathlib import Path
 
 from PIL import Image
 
+from sleuth.agent.mitigate import MitigationResult
 from sleuth.agent.report.data import HypothesisTest, PairSet, RunReport
 from sleuth.agent.report.images import ImageEmbedder, png_uri
 from sleuth.agent.report.plots import ConfusionPanel, confusion_bars, forest_plot, short_caption
@@ -259,8 +260,55 @@ def render_run(run: RunReport, rid: str, *, heading: str = "h2") -> str:
     return "\n".join(parts)
 
 
-def render_report(runs: list[RunReport], title: str | None = None) -> str:
-    """The whole page: one section per run, with an overview table when there are several."""
+def render_mitigation(m: MitigationResult, mid: str) -> str:
+    """A mitigation (`sleuth mitigate`): each finding before and after on the same fresh images, the class
+    baselines, and the accuracy test."""
+    acc = m.accuracy.test
+    ci = acc.interval
+    alpha = float(m.config.get("alpha", 0.05))
+    rows = []
+    for o in m.findings:
+        r = o.rates
+        rows.append(f"<tr class='{'yes' if o.verdict == 'mitigated' else ''}'><td>{esc(o.label)}:{esc(o.finding_id)}"
+                    f"</td><td class='cap'>{esc(o.caption)}</td><td>{'yes' if o.mitigated_here else 'no'}</td>"
+                    f"<td class='num'>{fmt_rate(r.before)}</td><td class='num'>{fmt_rate(r.after)}</td>"
+                    f"<td class='num'>{fmt_ratio(r.ratio)}</td>"
+                    f"<td class='num'>{'' if r.adjusted_p_better is None else fmt_p(r.adjusted_p_better)}</td>"
+                    f"<td class='num'>{'' if r.adjusted_p_worse is None else fmt_p(r.adjusted_p_worse)}</td>"
+                    f"<td>{esc(o.verdict)}</td></tr>")
+    for b in m.baselines:
+        worse = (b.adjusted_p_worse or 1.0) < alpha
+        rows.append(f"<tr><td>{esc(b.label)}</td><td class='cap'>class baseline: {esc(b.caption)}</td><td></td>"
+                    f"<td class='num'>{fmt_rate(b.before)}</td><td class='num'>{fmt_rate(b.after)}</td>"
+                    f"<td class='num'>{fmt_ratio(b.ratio)}</td><td></td>"
+                    f"<td class='num'>{'' if b.adjusted_p_worse is None else fmt_p(b.adjusted_p_worse)}</td>"
+                    f"<td>{'worse' if worse else ''}</td></tr>")
+    per_class = "".join(f"<tr><td>{esc(k)}</td><td class='num'>{100 * a:.1f}%</td><td class='num'>{100 * b:.1f}%"
+                        f"</td></tr>" for k, (a, b) in m.accuracy.per_class.items())
+    return (f"<section id='{mid}'><h2>Mitigation: {'effective' if m.effective else 'not shown effective'}</h2>"
+            f"<dl class='meta'><dt>classifier before</dt><dd>{esc(m.classifier_before)}</dd>"
+            f"<dt>classifier after</dt><dd>{esc(m.classifier_after)}</dd>"
+            f"<dt>settings</dt><dd>{esc(', '.join(f'{k}={v}' for k, v in m.config.items() if v is not None))}</dd>"
+            f"<dt>images</dt><dd>{m.images.get('training', 0):,} generated for training, "
+            f"{m.images.get('evaluation', 0):,} fresh for evaluation</dd></dl>"
+            "<p class='small'>The same fresh images, never used for training, go through the classifier before and "
+            "after: rates are paired. <i>p better</i>: exact one-sided McNemar test that the rate fell, Holm over the "
+            "mitigated findings; <i>p worse</i>: that it rose, Holm over every measurement. A finding is "
+            "<i>mitigated</i> when it improved significantly and accuracy is non-inferior.</p>"
+            "<table><thead><tr><th>finding</th><th class='cap'>caption</th><th>trained on</th><th>before</th>"
+            "<th>after</th><th>after / before</th><th>adj. p better</th><th>adj. p worse</th><th>verdict</th></tr>"
+            f"</thead><tbody>{''.join(rows)}</tbody></table>"
+            f"<p>Top-1 accuracy over {m.accuracy.classes} classes ({m.accuracy.n_per_class} fresh images each): "
+            f"{100 * ci.before.rate:.2f}% → {100 * ci.after.rate:.2f}%, difference {100 * ci.difference:+.2f} points, "
+            f"one-sided {100 * (1 - acc.alpha):.0f}% lower bound {100 * ci.low:+.2f} (Newcombe, paired): "
+            f"non-inferiority at −{100 * acc.margin:.1f} point(s) <b>{'shown' if acc.shown else 'not shown'}</b>.</p>"
+            "<details><summary>accuracy by class</summary><table><thead><tr><th>class</th><th>before</th>"
+            f"<th>after</th></tr></thead><tbody>{per_class}</tbody></table></details></section>")
+
+
+def render_report(runs: list[RunReport], title: str | None = None,
+                  mitigations: list[MitigationResult] | None = None) -> str:
+    """The whole page: one section per run, with an overview table when there are several, then any mitigation."""
     if title is None:
         title = (f"sleuth report: {runs[0].label or runs[0].run_id}" if len(runs) == 1
                  else f"sleuth report: {len(runs)} runs")
@@ -274,6 +322,7 @@ def render_report(runs: list[RunReport], title: str | None = None) -> str:
         body.append("<table class='overview'><thead><tr><th>class</th><th>run</th><th>status</th><th>findings</th>"
                     f"<th>discovery tests</th><th>images</th></tr></thead><tbody>{rows}</tbody></table>")
     body += [render_run(r, f"r{i}") for i, r in enumerate(runs)]
+    body += [render_mitigation(m, f"m{i}") for i, m in enumerate(mitigations or [])]
     return ("<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
             "<meta name='viewport' content='width=device-width, initial-scale=1'>"
             f"<title>{esc(title)}</title><style>{CSS}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")

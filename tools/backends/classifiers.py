@@ -35,14 +35,26 @@ class TorchClassifier:
     """A torch forward function and its preprocessing, run in batches under ``no_grad``."""
 
     def __init__(self, id: str, labels: LabelSpace, forward: Callable[[Any], Any],
-                 preprocess: Callable[[list[Any]], Any], *, device: Any, dtype: Any, batch_size: int = 32) -> None:
+                 preprocess: Callable[[list[Any]], Any], *, device: Any, dtype: Any, batch_size: int = 32,
+                 module: Any = None) -> None:
+        import torch
+
         self.id = id
         self.labels = labels
         self._forward = forward
         self._preprocess = preprocess
+        self.module = module if module is not None else forward if isinstance(forward, torch.nn.Module) else None
+        """The model as a torch module (its final linear layer is what `sleuth mitigate` retrains)."""
         self.device = device
         self.dtype = dtype
         self.batch_size = batch_size
+
+    def preprocess(self, images: Sequence[Image]) -> Any:
+        """The model's input tensor for ``images``, on its device and dtype."""
+        return self._preprocess(to_pil(images)).to(self.device, self.dtype)
+
+    def forward(self, x: Any) -> Any:
+        return self._forward(x)
 
     def logits(self, images: Sequence[Image]) -> np.ndarray:
         import torch
@@ -86,6 +98,26 @@ def _num_outputs(state: dict[str, Any]) -> int:
     return int(heads[-1].shape[0])
 
 
+def checkpoint_labels(path: Path, n: int) -> LabelSpace | None:
+    """The label names a safetensors checkpoint carries in its metadata (``labels``: a JSON list, as `sleuth
+    mitigate` writes), when there are ``n`` of them; None for other files."""
+    if path.suffix != ".safetensors":
+        return None
+    import json
+
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            meta = f.metadata() or {}
+        names = json.loads(meta["labels"]) if "labels" in meta else None
+    except Exception:  # unreadable metadata: the file's own loader reports what is wrong with it
+        return None
+    if not isinstance(names, list) or len(names) != n or not all(isinstance(x, str) for x in names):
+        return None
+    return label_space_from_names(names)
+
+
 def _load_into(model: Any, state: dict[str, Any], what: str) -> None:
     try:
         model.load_state_dict(state)
@@ -116,7 +148,7 @@ def torchvision_classifier(arch: str, weights: str | None = None, *, device: str
         state = load_state_dict(Path(weights).expanduser(), what=what)
         n = _num_outputs(state)
         meta_weights = enum.DEFAULT
-        labels = generic_label_space(n)
+        labels = checkpoint_labels(Path(weights).expanduser(), n) or generic_label_space(n)
         source = f"{weights}@{fingerprint(Path(weights).expanduser())}"
         model = torchvision.models.get_model(arch, weights=None, num_classes=n)
         _load_into(model, state, what)
@@ -189,6 +221,8 @@ def timm_classifier(name: str, checkpoint: str | None = None, *, device: str = "
         state = load_state_dict(file, what=what)
         source = f"{repo}@{fingerprint(file.parent)}"
     n = _num_outputs(state)
+    labels = (checkpoint_labels(Path(checkpoint).expanduser(), n) if checkpoint is not None else None) \
+        or generic_label_space(n)
     model = timm.create_model(name, pretrained=False, num_classes=n)
     _load_into(model, state, what)
     model = model.to(dev, dt).eval()
@@ -196,7 +230,7 @@ def timm_classifier(name: str, checkpoint: str | None = None, *, device: str = "
     size = int(data["input_size"][-1])
     tf = center_crop_transform(size, float(data.get("crop_pct", 0.875)), str(data.get("interpolation", "bicubic")),
                                data["mean"], data["std"])
-    return TorchClassifier(f"timm:{name}:{source}{dtype_tag(dt)}", generic_label_space(n), model, tf, device=dev,
+    return TorchClassifier(f"timm:{name}:{source}{dtype_tag(dt)}", labels, model, tf, device=dev,
                            dtype=dt, batch_size=batch_size)
 
 
@@ -248,7 +282,7 @@ def hf_classifier(ref: str, *, device: str = "cpu", dtype: str | None = None, ba
     return TorchClassifier(f"hf:{ref}@{fingerprint(folder)}{dtype_tag(dt)}", label_space_from_names(names),
                            lambda x: model(pixel_values=x).logits,
                            lambda pils: processor(images=pils, return_tensors="pt")["pixel_values"], device=dev,
-                           dtype=dt, batch_size=batch_size)
+                           dtype=dt, batch_size=batch_size, module=model)
 
 
 # -- open_clip zero-shot ------------------------------------------------------------------------------------

@@ -191,7 +191,8 @@ class BackendSpecs(BaseModel):
     generator: str = Field(default="toyworld",
                            description="toyworld, or diffusers:PATH_OR_ID[,steps=N,guidance=X,...].")
     classifier: str = Field(default="toyworld",
-                            description="toyworld, efficientnet-lite0, torchvision:ARCH[:WEIGHTS], timm:NAME[:CKPT], "
+                            description="toyworld[:WEIGHTS], efficientnet-lite0, torchvision:ARCH[:WEIGHTS], "
+                                        "timm:NAME[:CKPT], "
                                         "open_clip:MODEL[:WEIGHTS], hf:PATH_OR_ID, callable:module:function.")
     captioner: str = Field(default="toyworld", description="toyworld, or blip:PATH_OR_ID[,beams=N,samples=N,...].")
     embedder: str = Field(default="toyworld",
@@ -278,7 +279,9 @@ class BackendSpecs(BaseModel):
         if need_toy:
             from sleuth.tools.backends.toyworld import load_backends
 
-            toy = load_backends(self.world, device=self.device, progress=progress)
+            toy = load_backends(self.world, device=self.device, progress=progress,
+                                classifier_weights=specs["classifier"].argument or None
+                                if specs["classifier"].kind == "toyworld" else None)
             for name in ("classifier", "captioner", "embedder"):
                 parts.setdefault(name, getattr(toy, name))
         if real_generator:

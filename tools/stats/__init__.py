@@ -22,6 +22,8 @@ Which methods, and why:
 - **Families are corrected with Holm by default.** Each finding claims its own effect, so the error to control is the
   chance that *any* claim is false (family-wise error); Benjamini–Hochberg (false discovery rate) is offered for
   exploratory screens where a share of false leads is acceptable.
+- **Non-inferiority** of a paired accuracy (a classifier before and after a fix) uses Newcombe's hybrid score
+  interval for the paired difference (`paired_difference`): shown when its one-sided lower bound clears the margin.
 - **Sequential sampling** spends alpha over planned looks (Lan–DeMets), so stopping early keeps the error valid;
   see `SequentialPlan`.
 
@@ -61,10 +63,14 @@ Modules: `rates` (intervals, rate ratios), `comparisons` (exact tests, multiplic
 from sleuth.tools.stats.comparisons import (
     Comparison,
     McNemar,
+    NonInferiority,
+    PairedDifference,
     adjust_pvalues,
     compare_rates,
     fisher_p_greater,
     mcnemar_exact,
+    non_inferiority,
+    paired_difference,
 )
 from sleuth.tools.stats.rates import Rate, RatioCI, binomial_rate, paired_rate_ratio, rate_ratio
 from sleuth.tools.stats.sequential import (
@@ -78,6 +84,8 @@ from sleuth.tools.stats.sequential import (
 __all__ = [
     "Comparison",
     "McNemar",
+    "NonInferiority",
+    "PairedDifference",
     "Rate",
     "RatioCI",
     "SequentialDecision",
@@ -90,6 +98,8 @@ __all__ = [
     "default_plan",
     "fisher_p_greater",
     "mcnemar_exact",
+    "non_inferiority",
+    "paired_difference",
     "paired_rate_ratio",
     "rate_ratio",
 ]

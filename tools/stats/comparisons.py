@@ -3,6 +3,7 @@ multiplicity adjustment over a family of hypotheses (Holm, Benjamini–Hochberg)
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Literal
 
@@ -122,3 +123,76 @@ def mcnemar_exact(b: int, c: int, alternative: str = "greater") -> McNemar:
         less = float(st.binom.cdf(b, n, 0.5))
         p = {"greater": greater, "less": less, "two-sided": 2.0 * min(greater, less)}[alternative]
     return McNemar(b=b, c=c, p_value=min(1.0, p), alternative=alternative)
+
+
+class PairedDifference(BaseModel):
+    """Difference of two proportions measured on the same units (accuracy of one model before and after a change)."""
+
+    model_config = FROZEN
+
+    n: int
+    before: Rate
+    after: Rate
+    difference: float = Field(description="after - before.")
+    low: float
+    high: float
+    confidence: float
+    method: str = "Newcombe hybrid score (paired, method 10)"
+
+
+def paired_difference(both: int, only_before: int, only_after: int, n: int,
+                      confidence: float = 0.95) -> PairedDifference:
+    """Interval for p_after - p_before on matched units: ``both`` units are successes in both, ``only_before`` in
+    the first alone, ``only_after`` in the second alone, of ``n``.
+
+    Newcombe's (1998) hybrid score interval for paired proportions (his method 10): each proportion's Wilson
+    interval, combined with the correlation of the pairs (phi). Unlike the Wald interval it stays inside [-1, 1]
+    and keeps near-nominal coverage when the proportions are close to 1 (accuracies are).
+    """
+    both, only_before, only_after, n = (check_count(name, v) for name, v in
+                                        (("both", both), ("only_before", only_before), ("only_after", only_after),
+                                         ("n", n)))
+    neither = n - both - only_before - only_after
+    if neither < 0:
+        raise ValueError(f"need both + only_before + only_after <= n, got {both + only_before + only_after} > {n}")
+    before, after = binomial_rate(both + only_before, n, confidence), binomial_rate(both + only_after, n, confidence)
+    if n == 0:
+        return PairedDifference(n=0, before=before, after=after, difference=math.nan, low=-1.0, high=1.0,
+                                confidence=confidence)
+    d = after.rate - before.rate
+    # phi of the 2x2 table (rows: after success/failure, columns: before success/failure)
+    a, b, c, e = both, only_after, only_before, neither
+    denom = (a + b) * (c + e) * (a + c) * (b + e)
+    phi = (a * e - b * c) / math.sqrt(denom) if denom > 0 else 0.0
+    l1, u1 = after.low, after.high
+    l0, u0 = before.low, before.high
+    p1, p0 = after.rate, before.rate
+    lower = math.sqrt(max(0.0, (p1 - l1) ** 2 - 2 * phi * (p1 - l1) * (u0 - p0) + (u0 - p0) ** 2))
+    upper = math.sqrt(max(0.0, (u1 - p1) ** 2 - 2 * phi * (u1 - p1) * (p0 - l0) + (p0 - l0) ** 2))
+    return PairedDifference(n=n, before=before, after=after, difference=d, low=max(-1.0, d - lower),
+                            high=min(1.0, d + upper), confidence=confidence)
+
+
+class NonInferiority(BaseModel):
+    """Is the second condition no worse than the first by more than ``margin``? (one-sided, paired)"""
+
+    model_config = FROZEN
+
+    margin: float
+    alpha: float
+    interval: PairedDifference = Field(description="The two-sided 1 - 2 alpha interval: its lower end is the "
+                                                   "one-sided 1 - alpha bound.")
+    shown: bool = Field(description="The lower bound of after - before lies above -margin.")
+
+
+def non_inferiority(both: int, only_before: int, only_after: int, n: int, margin: float,
+                    alpha: float = 0.05) -> NonInferiority:
+    """Non-inferiority of a paired proportion (e.g. accuracy after a fix against before): shown when the one-sided
+    1 - alpha lower confidence bound of after - before is above -margin (equivalently, the null "after is worse by
+    margin or more" is rejected at alpha)."""
+    if not 0 < margin < 1:
+        raise ValueError(f"margin must be in (0, 1), got {margin}")
+    if not 0 < alpha < 0.5:
+        raise ValueError(f"alpha must be in (0, 0.5), got {alpha}")
+    ci = paired_difference(both, only_before, only_after, n, confidence=1 - 2 * alpha)
+    return NonInferiority(margin=margin, alpha=alpha, interval=ci, shown=bool(n > 0 and ci.low > -margin))

@@ -12,7 +12,8 @@ from sleuth.agent.errors import UsageError
 from sleuth.tools.defaults import BASELINE_N, BUDGET
 
 NAME = "bench"
-HELP = "Benchmarks: `discovery` (planted-bug recall, false findings, calibration) and `throughput`."
+HELP = ("Benchmarks: `discovery` (planted-bug recall, false findings, calibration), `mitigation` (a mitigated "
+        "classifier against the planted bugs) and `throughput`.")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -29,6 +30,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from sleuth.agent.planners import ADVERSARIAL_PLANNERS as ADVERSARIES
     from sleuth.agent.planners import OFFLINE_PLANNERS as PLANNERS
     from sleuth.agent.planners import PLANNERS as REGISTRY
+
+    m = sub.add_parser(
+        "mitigation", help="A mitigated toyworld classifier against the world's planted bugs (its oracle).",
+        description="Renders every planted bug's and decoy's caption on the same fresh seeds for the original and the "
+                    "mitigated classifier: before and after failure rates, their ratio, the exact McNemar p that the "
+                    "rate went down (Holm over the bugs), and paired top-1 accuracy with a non-inferiority test on "
+                    "the training distribution and on the class prompts.")
+    m.add_argument("weights", metavar="MITIGATION",
+                   help="What `sleuth mitigate` wrote: its folder, or the classifier.safetensors in it.")
+    m.add_argument("--world", help="World config file or packaged name (default: the one the mitigation used).")
+    m.add_argument("--n", type=int, default=3000, help="Images per planted bug or decoy (default 3000).")
+    m.add_argument("--n-per-class", type=int, default=1000, help="Images per class for accuracy (default 1000).")
+    m.add_argument("--margin", type=float, default=0.01, help="Non-inferiority margin (default 0.01: one point).")
+    m.add_argument("--json", action="store_true", help="Print the numbers as JSON.")
+    m.set_defaults(_bench_run=run_mitigation)
 
     d = sub.add_parser(
         "discovery", help="Investigate worlds' classes with each planner; score against each world's oracle.",
@@ -202,4 +218,55 @@ def run_discovery(args: argparse.Namespace) -> int:
     else:
         out_console.print(discovery_table(out))
     out_console.print(f"Transcripts and bench.json in {root}")
+    return 0
+
+
+def run_mitigation(args: argparse.Namespace) -> int:
+    from sleuth.agent.bench.mitigation import check
+    from sleuth.tools.backends.base import BackendError
+
+    path = Path(args.weights)
+    world = args.world
+    if path.is_dir():
+        result = path / "mitigation.json"
+        if world is None and result.is_file():
+            world = json.loads(result.read_text(encoding="utf-8")).get("backends", {}).get("world")
+        path = path / "classifier.safetensors"
+    if not path.is_file():
+        raise UsageError(f"no mitigated toyworld classifier at {path}")
+    for name, value, low in (("--n", args.n, 10), ("--n-per-class", args.n_per_class, 10)):
+        if value < low:
+            raise UsageError(f"{name} must be at least {low}, got {value}")
+    if not 0 < args.margin < 1:
+        raise UsageError(f"--margin must be in (0, 1), got {args.margin}")
+    try:
+        out = check(path, world, n=args.n, margin=args.margin, n_per_class=args.n_per_class)
+    except BackendError as e:
+        raise UsageError(str(e)) from None
+    if args.json:
+        print(json.dumps(out, indent=1))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{out['world']}: planted bugs before and after ({out['n']} images each, same seeds)",
+                  title_justify="left")
+    for col in ("bug", "kind", "before", "after", "reduction", "after/before [95% CI]", "adj. p"):
+        table.add_column(col)
+    for r in out["bugs"] + out["decoys"]:
+        lo, hi = r["ratio_ci"]
+        red = "" if r["reduction"] is None else f"{100 * r['reduction']:.0f}%"
+        p = r.get("adjusted_p_lower")
+        table.add_row(r["name"], r["kind"], f"{r['before']['k']}/{r['before']['n']}",
+                      f"{r['after']['k']}/{r['after']['n']}", red, f"{r['ratio']:.2f} [{lo:.2f}–{hi:.2f}]",
+                      "" if p is None else ("< 1e-6" if p < 1e-6 else f"{p:.2g}"))
+    console = Console()
+    console.print(table)
+    for key, name in (("accuracy_training_distribution", "training distribution"),
+                      ("accuracy_class_prompts", "class prompts")):
+        a = out[key]
+        console.print(f"accuracy, {name}: {100 * a['before']:.2f}% → {100 * a['after']:.2f}% "
+                      f"({100 * a['difference']:+.2f} points, 95% lower bound {100 * a['lower_bound_95']:+.2f}; "
+                      f"non-inferior at −{100 * a['margin']:.1f}: {'yes' if a['non_inferior'] else 'no'})")
+    console.print(f"bugs at least halved: {out['halved']} of {len(out['bugs'])}")
     return 0

@@ -22,8 +22,9 @@ HELP = "Classify image files with a classifier spec and print the top labels wit
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("images", nargs="+", metavar="IMAGE", help="Image files (PNG, JPEG, ...).")
     p.add_argument("--classifier", default="toyworld",
-                   help="Classifier spec: toyworld (default), efficientnet-lite0, torchvision:resnet50[:WEIGHTS], "
-                        "timm:NAME:CKPT, open_clip:MODEL:WEIGHTS, hf:PATH, callable:module:function.")
+                   help="Classifier spec: toyworld[:WEIGHTS] (default), efficientnet-lite0, "
+                        "torchvision:resnet50[:WEIGHTS], timm:NAME:CKPT, open_clip:MODEL:WEIGHTS, hf:PATH, "
+                        "callable:module:function.")
     p.add_argument("--world", help="toyworld config file, for --classifier toyworld.")
     p.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:N, mps or auto.")
     p.add_argument("--dtype", choices=["float32", "float16", "bfloat16"], default=None,
@@ -43,10 +44,11 @@ def read_image(path: Path) -> np.ndarray:
 
 
 def load_classifier(spec: str, world: str | None, device: str, dtype: str | None = None) -> Any:
-    if spec.split(",")[0].strip() == "toyworld":
+    head = spec.split(",")[0].strip()
+    if head.partition(":")[0] == "toyworld":
         from sleuth.tools.backends.toyworld import load_backends
 
-        return load_backends(world, device=device).classifier
+        return load_backends(world, device=device, classifier_weights=head.partition(":")[2] or None).classifier
     from sleuth.tools.backends.specs import make_classifier
 
     return make_classifier(spec, device=device, dtype=dtype)

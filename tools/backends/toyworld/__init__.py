@@ -24,19 +24,20 @@ __all__ = ["CLASS_PROMPT", "Oracle", "PlantedBug", "World", "load_backends", "lo
 
 
 def load_backends(world: str | Path | World | None = None, *, size: int = 64, device: str = "cpu",
-                  progress: Progress | None = None) -> Backends:
+                  progress: Progress | None = None, classifier_weights: str | Path | None = None) -> Backends:
     """All five toyworld backends for ``world`` (a config path, a packaged world name, or None: the default), as the
     interface views tools hold: nothing in them leads back to the world config.
 
     Networks load on first use; a world without shipped or cached weights trains then (``progress`` is called as
     ``(task, done, total)``) and caches them under ``$SLEUTH_CACHE`` or ``~/.cache/sleuth/toyworld``.
+    ``classifier_weights``: the classifier's weights from that file instead (e.g. what `sleuth mitigate` wrote).
     """
     w = world if isinstance(world, World) else load_world(world)
     generator = ToyGenerator(w, size)
     captioner = ToyCaptioner(w, device, progress)
     return Backends(
         generator=generator,
-        classifier=ToyClassifier(w, device, progress),
+        classifier=ToyClassifier(w, device, progress, weights=classifier_weights),
         captioner=captioner,
         embedder=ToyEmbedder(captioner),
         editor=ToyEditor(generator),
