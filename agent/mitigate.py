@@ -79,7 +79,8 @@ class MitigateConfig(BaseModel):
     train: Literal["auto", "head", "block"] = Field(
         "auto", description="What is retrained: the final linear layer (head), also the last convolutional block "
                             "(block; the toyworld CNN), or auto: block where supported, else head.")
-    steps: int = Field(600, ge=1, le=100_000, description="Training steps (each a minibatch of 2,048 of each group).")
+    steps: int = Field(1200, ge=1, le=100_000,
+                       description="Training steps (each a minibatch of 2,048 of each group).")
     lr: float = Field(3e-3, gt=0.0)
     seed: int = Field(0, ge=0, le=65535, description="Selects the mitigation's blocks of seeds.")
 

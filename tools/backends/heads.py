@@ -158,8 +158,8 @@ class LinearHead:
         return f"hf:{folder}"
 
 
-def fit(tail: nn.Sequential, groups: Sequence[Group], *, steps: int = 600, lr: float = 3e-3, batch: int = 2048,
-        seed: int = 0, progress: Progress | None = None) -> nn.Sequential:
+def fit(tail: nn.Sequential, groups: Sequence[Group], *, steps: int = 1200, lr: float = 3e-3,
+        batch: int = 2048, seed: int = 0, progress: Progress | None = None) -> nn.Sequential:
     """Adam on ``sum_g weight_g * cross_entropy_g`` (each group's mean loss), one minibatch of each group per step,
     drawn with a seeded generator: the same data give the same weights. The tail stays in eval mode (batch-norm
     statistics frozen: they were estimated on far more data than this)."""

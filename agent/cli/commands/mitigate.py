@@ -36,7 +36,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--train", choices=["auto", "head", "block"], default=None,
                    help="Retrain the final linear layer (head), or also the last block (block: toyworld's CNN); "
                         "default auto: block where supported, else head.")
-    p.add_argument("--steps", type=int, default=None, help="Training steps (600).")
+    p.add_argument("--steps", type=int, default=None, help="Training steps (1200).")
     p.add_argument("--seed", type=int, default=None, help="Selects the mitigation's seeds (0).")
     p.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:N, mps or auto.")
     p.add_argument("--out", metavar="DIR", default=None,
