@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import torch
 
-from sleuth.agent.audit import Audit, resolve_classes, start
+from sleuth.agent.audit import Audit, resolve_classes, slug, start
 from sleuth.agent.audit.config import parse_config
 from sleuth.agent.cli import main
 from sleuth.agent.transcript import read_transcript, verify_transcript
@@ -117,9 +117,12 @@ def test_a_ray_audit_on_two_workers_equals_the_local_audit(tmp_path, cluster, lo
 
     reports: list[tuple[str, int, int]] = []
     ended: list[str] = []
+    notes: list[str] = []
     audit = RayAudit(run, progress=lambda task, done, total: reports.append((task, done, total)),
-                     on_class=lambda s: ended.append(s["class"]), runtime_env=worker_env(tmp_path))
+                     on_class=lambda s: ended.append(s["class"]), on_note=notes.append,
+                     runtime_env=worker_env(tmp_path))
     got = audit.run()
+    assert notes == ["Ray: 2 workers, each with 1 CPU and 0 GPU, on a cluster of 2 CPUs and 0 GPUs; 4 classes to run"]
     assert_same_audit(run, got, local_reference)
     # Each class ran once, in a worker process (never here), and two workers shared the four classes.
     assert sorted(label for label, _, _ in audit.placements) == sorted(CLASSES)
@@ -163,8 +166,30 @@ def test_a_worker_killed_mid_class_is_restarted_and_its_class_resumes_to_the_sam
     assert 0 < cut["recovery"]["events_found"] < cut["events"]
     assert [t["file"] for t in cut["recovery"]["torn_lines"]] == ["transcript.jsonl.torn-1"]
     assert len(audit.placements) == len(CLASSES) + 1
-    assert notes == [f"{cut['class']}: its worker died; the class resumes from its transcript on {starts[1][0]} "
+    assert notes[1:] == [f"{cut['class']}: its worker died; the class resumes from its transcript on {starts[1][0]} "
                      f"(pid {starts[1][1]}, attempt 2)"]
+
+
+@needs_ray
+def test_a_worker_that_dies_more_often_than_allowed_stops_the_audit_and_resume_finishes_it(tmp_path, cluster,
+                                                                                            local_reference):
+    run = tmp_path / "audit"
+    new_audit(run, name="ray", max_retries=0)
+    marker = tmp_path / "killed"
+    env = worker_env(tmp_path, SLEUTH_CRASH_AT="after:tool_returned:5", SLEUTH_CRASH_ONCE=str(marker))
+    from sleuth.agent.audit import AuditError
+    from sleuth.agent.audit.on_ray import RayAudit
+
+    with pytest.raises(AuditError, match=r"its worker died after 0 restarts, the most max_retries allows .*"
+                                         r"continue with sleuth audit --resume") as err:
+        RayAudit(run, runtime_env=env).run()
+    label = str(err.value).split(":")[0]
+    assert label in CLASSES and not (run / "summary.json").exists()
+    assert not (run / slug(label) / "summary.json").exists() and (run / slug(label) / "transcript.jsonl").is_file()
+    # Resumed (the crash hook fires once): the cut class continues from its transcript, and the audit is the same.
+    got = RayAudit(run, runtime_env=env).run()
+    assert_same_audit(run, got, local_reference)
+    assert [c["class"] for c in got["classes"] if c["recovery"]["resumed"]] == [label]
 
 
 # -- the driver killed mid-audit, then --resume ------------------------------------------------------------------

@@ -207,7 +207,7 @@ class RayAudit:
     on_class: Callable[[dict[str, Any]], None] | None = None
     """Called with each class summary as the class ends (or is found finished)."""
     on_note: Callable[[str], None] | None = None
-    """Called with a line for the user when a worker died and its class resumes on another."""
+    """Called with a line for the user: the workers started, and each worker that died with its class resumed."""
     runtime_env: Mapping[str, Any] | None = None
     """Ray runtime environment of the workers (environment variables, set-up hooks)."""
     placements: list[tuple[str, str, int]] = field(default_factory=list, init=False)
@@ -250,6 +250,11 @@ class RayAudit:
         options = Options(num_cpus=e.num_cpus, num_gpus=gpus_per_worker(config),
                           memory=int(e.memory) if e.memory is not None else None, max_retries=e.max_retries)
         n_workers = worker_count(ray, e, options, len(todo))
+        if self.on_note is not None:
+            total = ray.cluster_resources()
+            self.on_note(f"Ray: {n_workers} worker{'s' * (n_workers != 1)}, each with {options.num_cpus:g} CPU and "
+                         f"{options.num_gpus:g} GPU, on a cluster of {total.get('CPU', 0):g} CPUs and "
+                         f"{total.get('GPU', 0):g} GPUs; {len(todo)} classes to run")
         name = f"sleuth-audit-board-{os.getpid()}-{time.time_ns()}"
         board = ray.remote(Board).options(num_cpus=0, name=name).remote()
         worker = ray.remote(ClassWorker).options(**options.actor(), runtime_env=dict(self.runtime_env or {}))
@@ -275,7 +280,7 @@ class RayAudit:
                     continue
                 except ray.exceptions.RayActorError as err:  # its worker died more often than it may restart
                     failure = failure or AuditError(
-                        f"{label}: its worker died and had been restarted {e.max_retries} times, the most allowed "
+                        f"{label}: its worker died after {e.max_retries} restarts, the most max_retries allows "
                         f"({str(err).splitlines()[0][:300]}); what it wrote is kept: continue with "
                         f"sleuth audit --resume {self.run_dir}")
                     continue
