@@ -310,3 +310,49 @@ def test_a_worker_asking_for_a_gpu_the_cluster_lacks_is_refused(tmp_path, cluste
     with pytest.raises(UsageError, match=r"the Ray cluster has 0 GPU in all; each worker asks for 1 \(--num-gpus 0"):
         RayAudit(run).run()
     assert not list(run.glob("*/transcript.jsonl"))
+
+
+# -- what lets classes run at once: a clock file per class, a lock per class -----------------------------------
+
+
+def test_each_class_keeps_its_own_clock_and_older_audits_clocks_are_read(tmp_path):
+    from sleuth.agent.audit.budget import Clock
+
+    t = [100.0]
+    (tmp_path / "clock.json").write_text(json.dumps({"fly": 3.0}))  # an audit begun before per-class clocks
+    a, b = Clock(tmp_path, now=lambda: t[0]), Clock(tmp_path, now=lambda: t[0])  # two processes at once
+    a.start("cat")
+    b.start("dog")
+    t[0] += 5.0
+    a.stop()
+    t[0] += 2.0
+    b.stop()
+    assert json.loads((tmp_path / "cat" / "clock.json").read_text()) == {"seconds": 5.0}
+    assert json.loads((tmp_path / "dog" / "clock.json").read_text()) == {"seconds": 7.0}
+    fresh = Clock(tmp_path)
+    assert (fresh.of("cat"), fresh.of("dog"), fresh.of("fly"), fresh.total()) == (5.0, 7.0, 3.0, 15.0)
+    # A class resumed in a third process goes on from the seconds on disk.
+    c = Clock(tmp_path, now=lambda: t[0])
+    (tmp_path / "cat" / "clock.json").write_text(json.dumps({"seconds": 6.0}))
+    c.start("cat")
+    t[0] += 1.0
+    assert c.of("cat") == 7.0
+
+
+def test_a_class_lock_makes_a_second_process_wait(tmp_path):
+    import threading
+
+    from sleuth.agent.audit import class_lock
+
+    entered = threading.Event()
+
+    def second() -> None:
+        with class_lock(tmp_path / "cat"):
+            entered.set()
+
+    with class_lock(tmp_path / "cat"):
+        thread = threading.Thread(target=second)
+        thread.start()
+        assert not entered.wait(0.3)  # held: the second waits
+    assert entered.wait(5)
+    thread.join()

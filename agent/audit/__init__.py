@@ -1,7 +1,7 @@
 """Unattended audits: many classes, one investigation each, under budgets, resumable after any crash.
 
-A run directory holds ``audit.json`` (the config and class list, written once), one directory per class with its
-transcript, artifacts and ``summary.json``, ``clock.json`` (active seconds per class) and, at the end,
+A run directory holds ``audit.json`` (the config, class list and executor, written once), one directory per class
+with its transcript, artifacts, ``summary.json`` and ``clock.json`` (its active seconds), and, at the end,
 ``summary.json`` for the whole audit. Every class goes through ``Audit.run_class`` and ``agent.resume.continue_run``,
 whether it starts fresh or continues a transcript a crash cut, and whether the audit runs its classes one after the
 other here or on Ray workers (``agent.audit.on_ray``): one code path, so resuming is exercised by every run.
