@@ -39,7 +39,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "as the cluster's resources hold.")
     g.add_argument("--num-cpus", type=float, metavar="N", help="CPUs per worker, and its torch threads (default 1).")
     g.add_argument("--num-gpus", type=float, metavar="N",
-                   help="GPUs per worker (default 1 when --device/backends.device is cuda, else 0).")
+                   help="GPUs per worker (default 1 when the config's backends.device is cuda, else 0).")
     g.add_argument("--memory", metavar="SIZE", help="Memory each worker reserves, e.g. 8GB (default: none).")
     g.add_argument("--max-retries", type=int, metavar="N",
                    help="Times a dead worker is restarted and its class resumed from its transcript (default 3).")
@@ -163,6 +163,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         with bars:
             out = audit.run()
+    except UsageError as e:  # what the Ray cluster cannot give (checked once joined): the audit waits for a resume
+        raise UsageError(f"{e}; the audit is in {run_dir}: continue it with sleuth audit --resume {run_dir} and "
+                         "other options") from None
     except (RebuildError, TranscriptError, AuditError) as e:
         print(f"sleuth audit: cannot continue {run_dir}: {e}", file=sys.stderr)
         return 1
