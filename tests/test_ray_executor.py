@@ -83,9 +83,10 @@ def cluster() -> Iterator[None]:
     import ray
 
     # Every worker process runs the crash hook, which does nothing unless a test's SLEUTH_CRASH_AT is set.
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, object_store_memory=100 * 1024**2,
-             logging_level="error", runtime_env={"worker_process_setup_hook": "tests.crash.install_from_env",
-                                                 "env_vars": {"PYTHONPATH": str(ROOT)}})
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
+             object_store_memory=100 * 1024**2, logging_level="error",
+             runtime_env={"worker_process_setup_hook": "tests.crash.install_from_env",
+                          "env_vars": {"PYTHONPATH": str(ROOT)}})
     try:
         assert {n["NodeManagerAddress"] for n in ray.nodes()} == {"127.0.0.1"}
         yield

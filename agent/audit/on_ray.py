@@ -45,11 +45,20 @@ LOCAL_OBJECT_STORE = 256 * 1024**2
 Progress = Callable[[str, int, int], None]
 
 
+def on_loopback(address: str | None) -> bool:
+    """Whether a cluster address is this machine's loopback (or none: a local cluster sleuth starts)."""
+    if address is None:
+        return True
+    host = address.removeprefix("ray://").rsplit(":", 1)[0].strip("[]")
+    return host in ("localhost", "::1") or host.startswith("127.")
+
+
 def import_ray(executor: ExecutorConfig | None = None) -> Any:
-    """Ray, set up to reach nothing it is not told to: no usage reports, and a local cluster (no ``address``) on the
-    loopback address alone, a cluster of this machine only. Ray reads both settings when it is first imported."""
+    """Ray, set up to reach nothing it is not told to: no usage reports, and a cluster on the loopback address (the
+    local one sleuth starts, or one given as 127.0.0.1:PORT) kept on it, where Ray would otherwise swap the machine's
+    network address in. Ray reads both settings when it is first imported."""
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    if executor is not None and executor.address is None:
+    if executor is not None and on_loopback(executor.address):
         os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     try:
         import ray
@@ -109,11 +118,22 @@ def connect(ray: Any, executor: ExecutorConfig) -> bool:
         return False
     quiet: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "logging_level": logging.ERROR}
     if executor.address is not None:
-        ray.init(address=executor.address, **quiet)
+        try:
+            ray.init(address=executor.address, **quiet)
+        except (ConnectionError, RuntimeError) as e:
+            raise UsageError(f"cannot join the Ray cluster at {executor.address}: {reason(e)} (a cluster with token "
+                             "authentication needs RAY_AUTH_MODE=token and its token here)") from None
         return True
     cpus = math.ceil(executor.workers * executor.num_cpus) if executor.workers else None
-    ray.init(num_cpus=cpus, object_store_memory=LOCAL_OBJECT_STORE, **quiet)
+    # "local": a new cluster of this process's own, even where `ray start` runs one (or left its address file).
+    ray.init(address="local", num_cpus=cpus, object_store_memory=LOCAL_OBJECT_STORE, **quiet)
     return True
+
+
+def reason(error: BaseException) -> str:
+    """The last line of an error Ray reports (the exception that ended a remote call), shortened."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return (lines[-1] if lines else type(error).__name__)[:300]
 
 
 def worker_count(ray: Any, executor: ExecutorConfig, options: Options, todo: int) -> int:
@@ -257,6 +277,11 @@ class RayAudit:
                          f"{total.get('GPU', 0):g} GPUs; {len(todo)} classes to run")
         name = f"sleuth-audit-board-{os.getpid()}-{time.time_ns()}"
         board = ray.remote(Board).options(num_cpus=0, name=name).remote()
+        try:  # the first of sleuth's code to run on the cluster
+            ray.get(board.read.remote(0))
+        except ray.exceptions.RayActorError as err:
+            raise AuditError(f"Ray cannot run sleuth on its workers ({reason(err)}); every node needs sleuth "
+                             f"{__version__} installed, with Ray ({INSTALL})") from None
         worker = ray.remote(ClassWorker).options(**options.actor(), runtime_env=dict(self.runtime_env or {}))
         threads = max(1, round(options.num_cpus))
         idle = [worker.remote(str(self.run_dir.resolve()), __version__, name, threads) for _ in range(n_workers)]
@@ -281,7 +306,7 @@ class RayAudit:
                 except ray.exceptions.RayActorError as err:  # its worker died more often than it may restart
                     failure = failure or AuditError(
                         f"{label}: its worker died after {e.max_retries} restarts, the most max_retries allows "
-                        f"({str(err).splitlines()[0][:300]}); what it wrote is kept: continue with "
+                        f"({reason(err)}); what it wrote is kept: continue with "
                         f"sleuth audit --resume {self.run_dir}")
                     continue
                 images = (summary["images"], summary["image_budget"])

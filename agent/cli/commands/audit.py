@@ -155,7 +155,8 @@ def run(args: argparse.Namespace) -> int:
     if on_ray:
         from sleuth.agent.audit.on_ray import RayAudit
 
-        audit: Any = RayAudit(run_dir, progress=bars.update, on_class=on_class, on_note=bars.print)
+        audit: Any = RayAudit(run_dir, progress=bars.update, on_class=on_class,
+                              on_note=None if args.json else bars.print)
     else:
         assert backends is not None
         audit = Audit(run_dir, backends, progress=bars.update, on_event=show if args.verbose else None,
