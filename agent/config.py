@@ -206,5 +206,5 @@ def public_url(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
 
 
-AuditSettingsNames = ("seed", "criterion", "alpha", "backends", "planner", "classes", "budget")
+AuditSettingsNames = ("seed", "criterion", "alpha", "backends", "planner", "classes", "budget", "executor")
 """Top-level settings of an audit file."""

@@ -1,9 +1,10 @@
 """Unattended audits: many classes, one investigation each, under budgets, resumable after any crash.
 
-A run directory holds ``audit.json`` (the config and class list, written once), one directory per class with its
-transcript, artifacts and ``summary.json``, ``clock.json`` (active seconds per class) and, at the end,
-``summary.json`` for the whole audit. Every class goes through ``agent.resume.continue_run``, whether it starts
-fresh or continues a transcript a crash cut: one code path, so resuming is exercised by every run.
+A run directory holds ``audit.json`` (the config, class list and executor, written once), one directory per class
+with its transcript, artifacts, ``summary.json`` and ``clock.json`` (its active seconds), and, at the end,
+``summary.json`` for the whole audit. Every class goes through ``Audit.run_class`` and ``agent.resume.continue_run``,
+whether it starts fresh or continues a transcript a crash cut, and whether the audit runs its classes one after the
+other here or on Ray workers (``agent.audit.on_ray``): one code path, so resuming is exercised by every run.
 
 Resuming skips classes whose summary is written, finishes a class whose transcript ended but whose summary was not
 written (by rebuilding its state), and continues a cut transcript where it stopped. Budgets that depend on earlier
@@ -13,16 +14,18 @@ it started with.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from sleuth.agent.audit.budget import BudgetedPlanner, Clock
-from sleuth.agent.audit.config import AuditConfig
+from sleuth.agent.audit.config import AuditConfig, ExecutorConfig
 from sleuth.agent.audit.summary import audit_summary, class_summary, skipped_summary
 from sleuth.agent.config import RunConfig
 from sleuth.agent.errors import AuditError, RebuildError, UsageError
@@ -63,8 +66,18 @@ def resolve_classes(config: AuditConfig, backends: Backends) -> list[str]:
     return list(config.classes)
 
 
+def check_run_dir(path: str) -> Path:
+    """A run directory must be a path: transcripts are appended and synced line by line, which object stores behind
+    URLs (s3://, gs://, ...) cannot do. Shared storage is mounted (NFS, a cluster file system) and given as a path."""
+    if "://" in path:
+        raise AuditError(f"{path}: run directories are paths, not URLs; transcripts are appended and synced line by "
+                         "line, which object stores cannot do. Mount shared storage (NFS, a cluster file system) at "
+                         "the same path on every machine and give that path")
+    return Path(path)
+
+
 def start(run_dir: Path, config: AuditConfig, classes: list[str]) -> None:
-    """Create the run directory and record what the audit is to do."""
+    """Create the run directory and record what the audit is to do (and how it runs, to resume it the same way)."""
     if run_dir.exists() and any(run_dir.iterdir()):
         raise AuditError(f"{run_dir} is not empty; resume it with --resume, or choose a new directory")
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -72,7 +85,8 @@ def start(run_dir: Path, config: AuditConfig, classes: list[str]) -> None:
     if len(set(dirs.values())) != len(dirs):
         raise AuditError("two classes map to the same directory name: " + ", ".join(classes))
     write_json(run_dir / "audit.json", {"version": STATE_VERSION, "config": config.model_dump(mode="json"),
-                                        "classes": classes, "dirs": dirs})
+                                        "classes": classes, "dirs": dirs,
+                                        "executor": config.executor.model_dump(mode="json")})
 
 
 def load(run_dir: Path) -> tuple[AuditConfig, list[str]]:
@@ -82,7 +96,24 @@ def load(run_dir: Path) -> tuple[AuditConfig, list[str]]:
     data = json.loads(state.read_text())
     if data.get("version") != STATE_VERSION:
         raise AuditError(f"{state} has state version {data.get('version')!r}; this sleuth reads {STATE_VERSION}")
-    return AuditConfig.model_validate(data["config"]), list(data["classes"])
+    config = AuditConfig.model_validate(data["config"])
+    # How the audit ran is not what it computes (it stays out of its config and summaries); a resume starts from it.
+    config.executor = ExecutorConfig.model_validate(data.get("executor") or {})
+    return config, list(data["classes"])
+
+
+@contextmanager
+def class_lock(cdir: Path) -> Iterator[None]:
+    """Hold the class's lock while it runs: two processes never append to one transcript (a worker Ray took for
+    dead while it still ran, or two ``--resume`` of one audit). The second waits, then finds the class done. The
+    kernel releases the lock of a killed process."""
+    cdir.mkdir(parents=True, exist_ok=True)
+    with open(cdir / ".lock", "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def _recorded_start(transcript: Path) -> RunStarted | None:
@@ -112,21 +143,20 @@ class Audit:
 
     def __post_init__(self) -> None:
         self.config, self.classes = load(self.run_dir)
-        self.clock = Clock(self.run_dir / "clock.json")
+        self.clock = Clock(self.run_dir)
 
     def run(self) -> dict[str, Any]:
+        """The classes one after the other, in order (each may use what earlier classes left of the totals)."""
         summaries: list[dict[str, Any]] = []
         n = len(self.classes)
         for i, label in enumerate(self.classes):
             self._progress("audit: classes", i, n)
-            summary = self._class(label, summaries)
+            summary = self.run_class(label, summaries)
             summaries.append(summary)
             if self.on_class is not None:
                 self.on_class(summary)
         self._progress("audit: classes", n, n)
-        out = audit_summary(str(self.run_dir), self.config.model_dump(mode="json"), summaries, self.clock.total())
-        write_json(self.run_dir / "summary.json", out)
-        return out
+        return finish(self.run_dir, self.config, summaries)
 
     def _progress(self, task: str, done: int, total: int) -> None:
         if self.progress is not None:
@@ -174,12 +204,21 @@ class Audit:
                              total.cost_usd - sum(s["cost_usd"] for s in spent)) if x is not None]
         return BudgetedPlanner(session.planner(), seconds_left=seconds_left, cost_limit=min(costs) if costs else None)
 
-    def _class(self, label: str, spent: list[dict[str, Any]]) -> dict[str, Any]:
+    def run_class(self, label: str, spent: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
+        """Run (or resume, or read) one class and return its summary; ``spent``: the summaries of the classes before
+        it, whose spending the audit's totals subtract. The one path of every class, on every executor."""
         key = slug(label)
         cdir = self.run_dir / key
         done = cdir / "summary.json"
         if done.is_file():
             return json.loads(done.read_text())
+        with class_lock(cdir):
+            if done.is_file():  # finished by another process while this one waited
+                return json.loads(done.read_text())
+            return self._class(label, key, cdir, list(spent))
+
+    def _class(self, label: str, key: str, cdir: Path, spent: list[dict[str, Any]]) -> dict[str, Any]:
+        done = cdir / "summary.json"
         recorded = _recorded_start(cdir / "transcript.jsonl")
         images = 0
         if recorded is None:
@@ -212,4 +251,12 @@ class Audit:
         return summary
 
 
-__all__ = ["Audit", "AuditError", "RebuildError", "load", "resolve_classes", "slug", "start", "write_json"]
+def finish(run_dir: Path, config: AuditConfig, summaries: list[dict[str, Any]]) -> dict[str, Any]:
+    """Write and return the audit's summary: the classes' summaries, in the audit's class order."""
+    out = audit_summary(str(run_dir), config.model_dump(mode="json"), summaries, Clock(run_dir).total())
+    write_json(run_dir / "summary.json", out)
+    return out
+
+
+__all__ = ["Audit", "AuditError", "RebuildError", "check_run_dir", "finish", "load", "resolve_classes", "slug",
+           "start", "write_json"]

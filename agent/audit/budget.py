@@ -4,8 +4,8 @@
 planner's place with a ``finish`` turn (``model="budget"``), so the run ends cleanly, with every finding recorded so
 far kept. Budgets are checked between turns: a tool call under way is never cut.
 
-``Clock`` keeps each class's active seconds in ``RUN_DIR/clock.json``, so time spent dead after a crash is not
-charged to the resumed audit.
+``Clock`` keeps each class's active seconds in its class directory, so time spent dead after a crash is not charged
+to the resumed audit.
 """
 
 from __future__ import annotations
@@ -66,20 +66,38 @@ def stopped_by(events: Sequence[Event]) -> str | None:
 
 
 class Clock:
-    """Active seconds per class, persisted (atomically, at most once a second) so a crash loses at most a second."""
+    """Active seconds per class, each kept in its class directory (``RUN_DIR/<class>/clock.json``) and saved
+    atomically at most once a second, so a crash loses at most a second.
 
-    def __init__(self, path: Path, now: Callable[[], float] = time.monotonic) -> None:
-        self.path = path
+    One file per class, because classes may run at once in several processes (``--executor ray``): each writes only
+    its own. ``RUN_DIR/clock.json``, where audits kept every class's seconds before, is still read.
+    """
+
+    def __init__(self, run_dir: Path, now: Callable[[], float] = time.monotonic) -> None:
+        self.run_dir = run_dir
         self.now = now
         self.seconds: dict[str, float] = {}
-        if path.exists():
-            self.seconds = {str(k): float(v) for k, v in json.loads(path.read_text()).items()}
+        self.refresh()
         self._key: str | None = None
         self._start = 0.0
         self._before = 0.0
         self._saved = 0.0
 
+    def refresh(self) -> None:
+        """Read every class's seconds from disk (another process may have written them)."""
+        legacy = self.run_dir / "clock.json"
+        if legacy.is_file():
+            self.seconds.update({str(k): float(v) for k, v in json.loads(legacy.read_text()).items()})
+        for path in sorted(self.run_dir.glob("*/clock.json")):
+            self.seconds[path.parent.name] = float(json.loads(path.read_text())["seconds"])
+
+    def _path(self, key: str) -> Path:
+        return self.run_dir / key / "clock.json"
+
     def start(self, key: str) -> None:
+        path = self._path(key)
+        if path.is_file():  # the class may have run (and been killed) in another process
+            self.seconds[key] = float(json.loads(path.read_text())["seconds"])
         self._key, self._start, self._before = key, self.now(), self.seconds.get(key, 0.0)
 
     def stop(self) -> None:
@@ -99,7 +117,9 @@ class Clock:
             return
         self.seconds[self._key] = self.of(self._key)
         if force or self.now() - self._saved >= 1.0:
-            tmp = self.path.with_name(f".{self.path.name}.tmp")
-            tmp.write_text(json.dumps(self.seconds, sort_keys=True))
-            os.replace(tmp, self.path)
+            path = self._path(self._key)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f".{path.name}.tmp")
+            tmp.write_text(json.dumps({"seconds": self.seconds[self._key]}))
+            os.replace(tmp, path)
             self._saved = self.now()

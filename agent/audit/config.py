@@ -16,7 +16,12 @@ budget:
 seed: 0
 criterion: top1
 alpha: 0.05
+executor: {name: ray, num_gpus: 1}   # optional: where the classes run (default local, one after the other)
 ```
+
+``executor`` says how the audit runs, not what it computes: it is kept out of the config an audit records in its
+transcripts and summaries (a Ray audit's summary equals a local one's), and written apart in ``audit.json`` so that
+``--resume`` continues the same way unless told otherwise.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ByteSize, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from sleuth.agent.config import Limits, RunConfig, RunSettings, one_line
 from sleuth.agent.errors import UsageError
@@ -41,9 +46,40 @@ class Budgets(BaseModel):
     total: Limits = Field(default_factory=Limits)
 
 
+class ExecutorConfig(BaseModel):
+    """Where the classes run: here, one after the other (``local``), or at once on Ray workers (``ray``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: Literal["local", "ray"] = Field("local", description="local: one class after the other in this process; "
+                                                               "ray: classes at once on Ray workers.")
+    address: str | None = Field(None, description=(
+        "Ray cluster to join: auto, HOST:PORT or ray://HOST:10001. Default: start a local cluster on 127.0.0.1."))
+    workers: int | None = Field(None, ge=1, le=100_000, description=(
+        "Classes investigated at once: Ray actors, each holding the loaded models. Default: as many as the "
+        "cluster's CPUs, GPUs and memory hold, at most one per class; a local cluster gets workers x num_cpus CPUs."))
+    num_cpus: float = Field(1.0, gt=0, le=1024, description="CPUs each worker reserves (and its torch threads).")
+    num_gpus: float | None = Field(None, ge=0, le=64, description=(
+        "GPUs each worker reserves. Default: 1 when the backends' device is cuda, else 0."))
+    memory: ByteSize | None = Field(None, description="Memory each worker reserves, e.g. 8GB (default: none).")
+    max_retries: int = Field(3, ge=0, le=1000, description=(
+        "Times a worker that died is restarted and its class resumed from its transcript (Ray's max_restarts and "
+        "max_task_retries)."))
+
+    @model_validator(mode="after")
+    def _ray_only(self) -> ExecutorConfig:
+        if self.name == "local":
+            given = [k for k in ("address", "workers", "num_gpus", "memory") if getattr(self, k) is not None]
+            if given:
+                raise ValueError(f"{', '.join(given)}: Ray settings; they need name: ray")
+        return self
+
+
 class AuditConfig(RunSettings):
     classes: list[str] | Literal["all"] = Field(description="Classes to audit, in order, or 'all'.")
     budget: Budgets = Field(default_factory=Budgets)
+    executor: ExecutorConfig = Field(default_factory=ExecutorConfig, exclude=True,
+                                     description="Where the classes run (not part of what the audit records).")
 
     @field_validator("classes")
     @classmethod
