@@ -279,9 +279,10 @@ class BackendSpecs(BaseModel):
         if need_toy:
             from sleuth.tools.backends.toyworld import load_backends
 
-            toy = load_backends(self.world, device=self.device, progress=progress,
-                                classifier_weights=specs["classifier"].argument or None
-                                if specs["classifier"].kind == "toyworld" else None)
+            # toyworld:WEIGHTS: the toy classifier with weights from a file (what `sleuth mitigate` wrote)
+            weights = specs["classifier"].argument if specs["classifier"].kind == "toyworld" else ""
+            extra: dict[str, Any] = {"classifier_weights": weights} if weights else {}
+            toy = load_backends(self.world, device=self.device, progress=progress, **extra)
             for name in ("classifier", "captioner", "embedder"):
                 parts.setdefault(name, getattr(toy, name))
         if real_generator:
