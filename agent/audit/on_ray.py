@@ -125,6 +125,9 @@ def connect(ray: Any, executor: ExecutorConfig) -> bool:
                              "authentication needs RAY_AUTH_MODE=token and its token here)") from None
         return True
     cpus = math.ceil(executor.workers * executor.num_cpus) if executor.workers else None
+    # Ray lowers its workers' priority (nice 15) by default; a class runs at the priority a local audit's classes
+    # run at, or other work on the machine would take the cores the workers were given.
+    os.environ.setdefault("RAY_worker_niceness", "0")
     # "local": a new cluster of this process's own, even where `ray start` runs one (or left its address file).
     ray.init(address="local", num_cpus=cpus, object_store_memory=LOCAL_OBJECT_STORE, **quiet)
     return True
