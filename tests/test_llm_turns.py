@@ -228,3 +228,34 @@ def test_the_suggested_step_follows_the_protocol_and_ends_in_finish() -> None:
     # too few images for a confirmation: finish rather than measure or confirm
     assert step(found, untested=("a cat. it is dark.",), left=299).startswith("finish: 299 images are left")
     assert "confirm" in step(found, left=300)
+
+
+def test_forced_call_schema_bounds_every_free_string() -> None:
+    """In forced-call mode the grammar must let a small model close every string: a finish summary without a bound
+    ran past 950 tokens on a real model."""
+    from sleuth.agent.planners.llm import ARGUMENT_CHARS, NOTE_CHARS, call_response_format
+
+    fmt = call_response_format(registry().schemas())
+    strings = _walk_strings(fmt["json_schema"]["schema"])
+    names = [p for p, _ in strings]
+    assert any(p.endswith("/caption") for p in names) and any(p.endswith("/summary") for p in names)
+    free = [(p, s) for p, s in strings if "enum" not in s and "const" not in s]
+    assert free and all("maxLength" in s for _, s in free)
+    assert {s["maxLength"] for p, s in free if p.endswith("/summary")} == {ARGUMENT_CHARS}
+    assert {s["maxLength"] for p, s in free if p.endswith("/note")} == {NOTE_CHARS}
+    # the tools' own schemas (sent with --call-format tools) are left as they are
+    finish = next(t for t in registry().schemas() if t["function"]["name"] == "finish")
+    assert "maxLength" not in finish["function"]["parameters"]["properties"]["summary"]
+
+
+def _walk_strings(schema: Any, path: str = "") -> list[tuple[str, Any]]:
+    out: list[tuple[str, Any]] = []
+    if isinstance(schema, dict):
+        if schema.get("type") == "string":
+            out.append((path, schema))
+        for k, v in schema.items():
+            out += _walk_strings(v, f"{path}/{k}")
+    elif isinstance(schema, list):
+        for i, v in enumerate(schema):
+            out += _walk_strings(v, f"{path}/{i}")
+    return out

@@ -83,11 +83,29 @@ NOTE_CHARS = 160
 results nobody measured (docs/llm.md)."""
 
 
+ARGUMENT_CHARS = 600
+"""Longest free-text argument in forced-call mode (a caption, finish's summary): the grammar then makes the model
+close the string. Unbounded, a small model at temperature 0 can repeat itself until the reply's token cap (seen: a
+finish summary past 950 tokens, over three minutes on a CPU)."""
+
+
+def bounded(schema: Any) -> Any:
+    """``schema`` with ``maxLength`` on every string that has none (ARGUMENT_CHARS)."""
+    if isinstance(schema, list):
+        return [bounded(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: bounded(v) for k, v in schema.items()}
+    if out.get("type") == "string" and "maxLength" not in out and "enum" not in out and "const" not in out:
+        out["maxLength"] = ARGUMENT_CHARS
+    return out
+
+
 def call_response_format(tools: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """A JSON schema for one reply: the call first (one object per tool, its name a constant and its arguments that
-    tool's schema), then a short note."""
+    tool's schema, every free string bounded), then a short note."""
     options = [{"type": "object", "properties": {"name": {"const": t["function"]["name"]},
-                                                 "arguments": t["function"]["parameters"]},
+                                                 "arguments": bounded(t["function"]["parameters"])},
                 "required": ["name", "arguments"], "additionalProperties": False} for t in tools]
     schema = {"type": "object", "properties": {"call": {"oneOf": options},
                                                "note": {"type": "string", "maxLength": NOTE_CHARS}},
