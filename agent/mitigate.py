@@ -226,7 +226,7 @@ def _seeds(offset: int, config: MitigateConfig, slot: int, n: int) -> list[int]:
 
 def mode_sentences(caption: str, class_prompt: str) -> list[str]:
     """The sentences of a finding's caption that are not the class prompt (the failure mode); the whole caption when
-    it rewrites the class prompt itself (a domain: "a pencil sketch of a goldfish.")."""
+    it rewrites the class prompt itself (a domain: "an oil painting of a bicycle.")."""
     base = normalise_caption(class_prompt)
     rest = [s for s in split_sentences(caption) if normalise_caption(s) != base]
     return rest if len(rest) < len(split_sentences(caption)) else [caption]
