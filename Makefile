@@ -16,7 +16,7 @@ $(STAMP): requirements.lock pyproject.toml
 demo: $(STAMP)
 	$(BIN)/sleuth investigate --class cat
 
-## test: the default test suite (offline, CPU, a few minutes)
+## test: the default test suite (offline, CPU, about 10 minutes on 2 cores)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
