@@ -125,7 +125,7 @@ def test_missing_model_is_one_line_within_seconds(tmp_path: Path) -> None:
     (["--classifier", "torchvision:resnet50,colour=red"], "unknown option(s) colour"),
     (["--class-token", "nothing.bin"], "--class-token: no such file: nothing.bin"),
     (["--clip-checks", "on"], "CLIP checks are for real generators"),
-    (["--generator", "diffusers:x", "--clip-checks", "on"], "CLIP checks 'on' use the open_clip embedder"),
+    (["--generator", "diffusers:x", "--clip-checks", "on"], "CLIP checks 'on' use the CLIP embedder"),
     (["--generator", "diffusers:x", "--clip-checks", "bad:spec"], "unknown embedder kind 'bad'"),
 ])
 def test_bad_model_flags_are_one_line(flags: list[str], message: str, tmp_path: Path,

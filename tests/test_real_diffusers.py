@@ -174,7 +174,7 @@ def test_make_backends_mixes_real_and_toyworld_parts(saved_pipeline: Path, fake_
     assert [c[:2] for c in fake_toyworld] == [("w.yaml", "cpu")] * 3  # one load per build above
     with pytest.raises(BackendError, match="need a diffusers generator"):
         make_backends(class_tokens={"cat": "x.bin"})
-    with pytest.raises(BackendError, match="open_clip embedder"):
+    with pytest.raises(BackendError, match="CLIP embedder"):
         make_backends(generator=f"diffusers:{saved_pipeline}", clip_checks="on")
 
 

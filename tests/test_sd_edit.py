@@ -331,7 +331,7 @@ def test_sd_edit_spec(pipe: Any, image: np.ndarray, tmp_path: Path, monkeypatch:
     out = ed.edit(Generation(image=image, prompt=SOURCE, seed=1), SOURCE, SWAP)  # loads from disk, no CLIP
     assert out.image.shape == image.shape and out.passed == {"class_word": False} and out.meta["self_steps"] == 0.6
     for bad, match in [("colour=red", "unknown option"), ("steps=0", "steps"), ("self=x", "self_steps"),
-                       ("clip=on", "open_clip embedder")]:
+                       ("clip=on", "CLIP embedder")]:
         with pytest.raises(BackendError, match=match):
             make_backends(generator=f"diffusers:{folder}", editor=f"sd-edit:{folder},{bad}")
     with pytest.raises(BackendError, match="not found"):

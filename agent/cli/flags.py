@@ -27,14 +27,14 @@ Progress = Callable[[str, int, int], None]
 
 SPEC_HELP = {
     "generator": "Image generator: toyworld (default) or diffusers:PATH_OR_HUB_ID[,steps=N,guidance=X,height=H,"
-                 "width=W,batch=B,negative=TEXT].",
+                 "width=W,batch=B,negative=TEXT]; diffusers:toyworld-sd is the packaged toyworld diffusion model.",
     "classifier": "Classifier under audit: toyworld[:WEIGHTS] (default; WEIGHTS: e.g. what `sleuth mitigate` "
                   "wrote), efficientnet-lite0, torchvision:ARCH[:WEIGHTS], "
                   "timm:NAME[:CKPT], open_clip:MODEL[:WEIGHTS], hf:PATH_OR_HUB_ID, callable:module:function.",
     "captioner": "Failure captioner: toyworld (default) or blip:PATH_OR_HUB_ID[,beams=N,samples=N].",
-    "embedder": "Image embedder for clustering failures: toyworld (default), open_clip:MODEL:WEIGHTS or "
-                "open_clip:FOLDER.",
-    "editor": "Counterfactual editor: toyworld (default) or sd-edit:PATH_OR_HUB_ID.",
+    "embedder": "Image embedder for clustering failures: toyworld (default), toyworld-clip (packaged), "
+                "open_clip:MODEL:WEIGHTS, open_clip:FOLDER or clip:PATH_OR_HUB_ID (a transformers CLIPModel).",
+    "editor": "Counterfactual editor: toyworld (default) or sd-edit:PATH_OR_HUB_ID (sd-edit:toyworld-sd: packaged).",
 }
 
 # Where each config field is set on the command line, for error messages.
@@ -124,8 +124,8 @@ def add_backend_arguments(p: argparse.ArgumentParser) -> None:
                         "images match a dataset's look; CLASS defaults to --class. Repeatable.")
     g.add_argument("--clip-checks", metavar="off|on|SPEC",
                    help="Dataset Interfaces' CLIP checks on generated images: images where CLIP does not see the "
-                        "class are invalid, shifts it does not see are unrendered. on: use the --embedder open_clip "
-                        "model; or an open_clip spec. Default off.")
+                        "class are invalid, shifts it does not see are unrendered. on: use the --embedder CLIP "
+                        "model; or a CLIP spec. Default off.")
     g.add_argument("--clip-class-top-k", type=int, metavar="K",
                    help="Class present when it is within CLIP's top K of all classes "
                         f"(default {default(BackendSpecs, 'clip_class_top_k')}).")

@@ -1,4 +1,5 @@
-"""open_clip models: image embeddings for clustering, and Dataset Interfaces' CLIP checks on generated images.
+"""CLIP models (open_clip, or transformers' CLIPModel): image embeddings for clustering, and Dataset Interfaces'
+CLIP checks on generated images.
 
 Vendrow et al. keep a generated image only if CLIP sees the class in it and the intended shift ("in the snow",
 "pencil sketch", ...). Here both checks are explicit, with thresholds the user can set:
@@ -156,15 +157,92 @@ def resolve_local(ref: str) -> bool:
     return Path(ref).expanduser().is_file()
 
 
-class OpenClipEmbedder:
-    """L2-normalised open_clip image features for clustering failed images."""
+class HFClipModel:
+    """A transformers ``CLIPModel`` (with its ``CLIPTokenizer`` and image processor) from a local folder, the HF
+    cache, or a packaged name (``toyworld-clip``). Never downloads."""
 
-    def __init__(self, model: OpenClipModel) -> None:
+    def __init__(self, ref: str, *, device: str = "cpu", dtype: str | None = None, batch_size: int = 64) -> None:
+        from sleuth.tools.backends.packaged import packaged
+
+        self.ref = ref
+        self.batch_size = batch_size
+        self.device = choose_device(device)
+        self.dtype = choose_dtype(dtype, self.device)
+        self.folder = packaged(ref) or resolve_pretrained(ref, what="CLIP model")
+        if not (self.folder / "config.json").is_file():
+            raise BackendError(f"CLIP model {ref!r}: no config.json in {self.folder} (expected a transformers "
+                               f"CLIPModel folder, as save_pretrained writes).")
+        self._model: Any = None
+        self._processor: Any = None
+
+    @property
+    def id(self) -> str:
+        return f"clip:{self.ref}@{fingerprint(self.folder)}{dtype_tag(self.dtype)}"
+
+    def load(self) -> None:
+        if self._model is not None:
+            return
+        from transformers import CLIPModel, CLIPProcessor
+
+        from sleuth.tools.backends.loading import quiet_loading
+
+        try:
+            with quiet_loading():
+                model = CLIPModel.from_pretrained(self.folder, local_files_only=True)
+                self._processor = CLIPProcessor.from_pretrained(self.folder, local_files_only=True)
+        except (OSError, ValueError) as e:
+            raise BackendError(f"CLIP model {self.ref!r}: cannot load {self.folder}: {str(e).splitlines()[0]}") \
+                from None
+        self._model = model.to(self.device, self.dtype).eval()
+
+    @property
+    def logit_scale(self) -> float:
+        self.load()
+        return float(self._model.logit_scale.detach().exp())
+
+    def encode_images(self, images: Sequence[Image]) -> np.ndarray:
+        import torch
+
+        self.load()
+        pils = to_pil(images)
+        out = []
+        for sl in batches(len(pils), self.batch_size):
+            x = self._processor(images=pils[sl], return_tensors="pt")["pixel_values"].to(self.device, self.dtype)
+            with torch.no_grad():
+                f = self._model.get_image_features(pixel_values=x)
+            f = getattr(f, "pooler_output", f).float()
+            out.append(torch.nn.functional.normalize(f, dim=-1).cpu().numpy())
+        return np.concatenate(out) if out else np.zeros((0, 0), np.float32)
+
+    def encode_texts(self, texts: Sequence[str]) -> np.ndarray:
+        import torch
+
+        self.load()
+        tokenizer = self._processor.tokenizer
+        out = []
+        for sl in batches(len(texts), max(self.batch_size, 256)):
+            tokens = tokenizer(list(texts[sl]), padding="max_length", truncation=True, return_tensors="pt",
+                               max_length=tokenizer.model_max_length)
+            with torch.no_grad():
+                f = self._model.get_text_features(input_ids=tokens["input_ids"].to(self.device))
+            f = getattr(f, "pooler_output", f).float()
+            out.append(torch.nn.functional.normalize(f, dim=-1).cpu().numpy())
+        return np.concatenate(out) if out else np.zeros((0, 0), np.float32)
+
+
+class ClipEmbedder:
+    """L2-normalised CLIP image features (open_clip or transformers) for clustering failed images."""
+
+    def __init__(self, model: OpenClipModel | HFClipModel) -> None:
         self.model = model
         self.id = model.id
 
     def embed(self, images: Sequence[Image]) -> np.ndarray:
         return self.model.encode_images(images).astype(np.float32)
+
+
+OpenClipEmbedder = ClipEmbedder
+"""The former name, from when open_clip was the only CLIP."""
 
 
 @dataclass
@@ -184,7 +262,7 @@ class ClipCheck:
 class ClipChecks:
     """Dataset Interfaces' two checks: is the class in the image, and is the intended shift in it."""
 
-    def __init__(self, model: OpenClipModel, class_names: Sequence[str], *, class_top_k: int = 5,
+    def __init__(self, model: OpenClipModel | HFClipModel, class_names: Sequence[str], *, class_top_k: int = 5,
                  shift_threshold: float = 0.2, class_template: str = "a photo of a {}.") -> None:
         if not class_names:
             raise BackendError("CLIP checks need the list of class names.")

@@ -39,11 +39,17 @@ def looks_like_repo_id(ref: str) -> bool:
 
 
 def resolve_pretrained(ref: str, *, what: str) -> Path:
-    """A local folder or file for ``ref``: the path itself, or the cached snapshot of a Hub repo id.
+    """A local folder or file for ``ref``: a packaged model (``toyworld-sd``, ``toyworld-clip``), the path itself, or
+    the cached snapshot of a Hub repo id.
 
     ``what`` names the model kind in the error ("diffusers pipeline", "BLIP captioner", ...). The cache is
     only read (``local_files_only``), whatever ``HF_HUB_OFFLINE`` says, so a missing model fails at once.
     """
+    from sleuth.tools.backends.packaged import packaged
+
+    folder = packaged(ref)
+    if folder is not None:
+        return folder
     path = Path(ref).expanduser()
     if path.exists():
         return path

@@ -24,10 +24,11 @@ KINDS: dict[str, tuple[str, ...]] = {
     "generator": ("toyworld", "diffusers"),
     "classifier": ("toyworld", "torchvision", "timm", "open_clip", "hf", "efficientnet-lite0", "callable"),
     "captioner": ("toyworld", "blip"),
-    "embedder": ("toyworld", "open_clip"),
+    "embedder": ("toyworld", "open_clip", "clip", "toyworld-clip"),
     "editor": ("toyworld", "sd-edit"),
 }
 SLOTS = tuple(KINDS)
+CLIP_EMBEDDERS = ("open_clip", "clip", "toyworld-clip")
 COMMON = {"dtype", "batch", "device"}
 """Options every real-model spec takes; ``device`` and ``dtype`` override the shared settings for that model."""
 
@@ -151,6 +152,23 @@ def _open_clip(spec: Spec, device: str, dtype: str | None) -> Any:
                          quick_gelu=None if quick is None else quick.lower() in {"1", "true", "yes"})
 
 
+def _clip(spec: Spec, device: str, dtype: str | None) -> Any:
+    """A CLIP model from an embedder spec: open_clip:..., clip:PATH_OR_ID (transformers) or toyworld-clip."""
+    if spec.kind == "open_clip":
+        spec.check_options(COMMON | {"quick_gelu"})
+        return _open_clip(spec, device, dtype)
+    if spec.kind not in ("clip", "toyworld-clip"):
+        raise BackendError(f"{spec.kind} is not a CLIP model: give open_clip:..., clip:PATH_OR_ID or toyworld-clip.")
+    spec.check_options(COMMON)
+    from sleuth.tools.backends.clip import HFClipModel
+
+    ref = "toyworld-clip" if spec.kind == "toyworld-clip" else _need(spec, "clip:PATH_OR_ID")
+    if spec.kind == "toyworld-clip" and spec.argument:
+        raise BackendError(f"toyworld-clip takes no argument, got {spec.argument!r}.")
+    return HFClipModel(ref, device=spec.option("device", device), dtype=spec.option("dtype", dtype),
+                       batch_size=spec.option("batch", 64, int))
+
+
 def _captioner(s: Spec, device: str, dtype: str | None) -> Any:
     s.check_options(COMMON | {"beams", "samples", "max_new_tokens", "seed"})
     from sleuth.tools.backends.blip_captioner import BlipCaptioner
@@ -163,17 +181,17 @@ def _captioner(s: Spec, device: str, dtype: str | None) -> Any:
 
 def _editor(spec: Spec, device: str, dtype: str | None, parts: Mapping[str, Any], load: bool) -> Any:
     """The Stable Diffusion editor; ``clip=on`` scores edits with the open_clip embedder's model."""
-    from sleuth.tools.backends.clip import OpenClipEmbedder
+    from sleuth.tools.backends.clip import ClipEmbedder
     from sleuth.tools.backends.sd_edit.options import editor_from_options
 
     def clip(text: str) -> Any:
         embedder = parts.get("embedder")
         if text == "on":
-            if not isinstance(embedder, OpenClipEmbedder):
-                raise BackendError("sd-edit clip=on uses the open_clip embedder: give --embedder open_clip:..., or "
-                                   "an open_clip spec (clip=open_clip:MODEL:WEIGHTS).")
+            if not isinstance(embedder, ClipEmbedder):
+                raise BackendError("sd-edit clip=on uses the CLIP embedder: give --embedder open_clip:..., "
+                                   "clip:... or toyworld-clip, or a CLIP spec (clip=open_clip:MODEL:WEIGHTS).")
             return embedder.model
-        model = _open_clip(parse_spec(text, "embedder"), device, dtype)
+        model = _clip(parse_spec(text, "embedder"), device, dtype)
         _load(model, load)
         return model
 
@@ -196,7 +214,8 @@ class BackendSpecs(BaseModel):
                                         "open_clip:MODEL[:WEIGHTS], hf:PATH_OR_ID, callable:module:function.")
     captioner: str = Field(default="toyworld", description="toyworld, or blip:PATH_OR_ID[,beams=N,samples=N,...].")
     embedder: str = Field(default="toyworld",
-                          description="toyworld, or open_clip:MODEL[:WEIGHTS] / open_clip:FOLDER.")
+                          description="toyworld, toyworld-clip, open_clip:MODEL[:WEIGHTS] / open_clip:FOLDER, or "
+                                      "clip:PATH_OR_ID (a transformers CLIPModel).")
     editor: str = Field(default="toyworld", description="toyworld, or sd-edit:PATH_OR_ID.")
     world: str | None = Field(default=None,
                               description="toyworld config for the toyworld parts (None: the default world).")
@@ -224,9 +243,9 @@ class BackendSpecs(BaseModel):
                 raise BackendError("CLIP checks are for real generators: toyworld reports what it cannot render.")
         if self.clip_checks not in ("off", "on"):
             parse_spec(self.clip_checks, "embedder")
-        elif self.clip_checks == "on" and specs["embedder"].kind != "open_clip":
-            raise BackendError("CLIP checks 'on' use the open_clip embedder: give --embedder open_clip:..., or "
-                               "an open_clip spec for the checks.")
+        elif self.clip_checks == "on" and specs["embedder"].kind not in CLIP_EMBEDDERS:
+            raise BackendError("CLIP checks 'on' use the CLIP embedder: give --embedder open_clip:..., clip:... or "
+                               "toyworld-clip, or a CLIP spec for the checks.")
         return specs
 
     def build(self, progress: Progress | None = None, *, load: bool = False) -> Backends:
@@ -268,11 +287,9 @@ class BackendSpecs(BaseModel):
             _load(parts["captioner"], load)
             tick()
         if specs["embedder"].kind != "toyworld":
-            from sleuth.tools.backends.clip import OpenClipEmbedder
+            from sleuth.tools.backends.clip import ClipEmbedder
 
-            s = specs["embedder"]
-            s.check_options(COMMON | {"quick_gelu"})
-            parts["embedder"] = OpenClipEmbedder(_open_clip(s, self.device, self.dtype))
+            parts["embedder"] = ClipEmbedder(_clip(specs["embedder"], self.device, self.dtype))
             _load(parts["embedder"].model, load)
             tick()
         toy = None
@@ -300,7 +317,7 @@ class BackendSpecs(BaseModel):
         return parts
 
     def _generator(self, spec: Spec, parts: Mapping[str, Any], load: bool) -> Any:
-        from sleuth.tools.backends.clip import ClipChecks, OpenClipEmbedder
+        from sleuth.tools.backends.clip import ClipChecks, ClipEmbedder
         from sleuth.tools.backends.diffusers_generator import DiffusersGenerator
 
         spec.check_options(COMMON | {"steps", "guidance", "height", "width", "negative", "class_token", "class_name",
@@ -312,10 +329,10 @@ class BackendSpecs(BaseModel):
         checks = None
         if checks_spec != "off":
             embedder = parts.get("embedder")
-            if checks_spec == "on" and isinstance(embedder, OpenClipEmbedder):
+            if checks_spec == "on" and isinstance(embedder, ClipEmbedder):
                 model = embedder.model  # one CLIP in memory for clustering and checking
             else:
-                model = _open_clip(parse_spec(checks_spec, "embedder"), self.device, self.dtype)
+                model = _clip(parse_spec(checks_spec, "embedder"), self.device, self.dtype)
                 _load(model, load)
             checks = ClipChecks(model, list(parts["classifier"].labels.labels),
                                 class_top_k=spec.option("class_top_k", self.clip_class_top_k, int),
@@ -323,11 +340,16 @@ class BackendSpecs(BaseModel):
         tokens = dict(self.class_tokens)
         if "class_token" in spec.options:
             tokens[spec.option("class_name", "")] = spec.options["class_token"]
+        from sleuth.tools.backends.packaged import GENERATOR_DEFAULTS
+
+        defaults = GENERATOR_DEFAULTS.get(spec.argument, {})
+        steps = spec.option("steps", int(defaults.get("steps", 30)), int)
         gen = DiffusersGenerator(
             _need(spec, "diffusers:PATH_OR_ID"), device=spec.option("device", self.device),
-            dtype=spec.option("dtype", self.dtype), num_inference_steps=spec.option("steps", 30, int),
-            guidance_scale=spec.option("guidance", 7.5, float), height=spec.option("height", None, int),
-            width=spec.option("width", None, int), batch_size=spec.option("batch", 4, int),
+            dtype=spec.option("dtype", self.dtype), num_inference_steps=steps,
+            guidance_scale=spec.option("guidance", defaults.get("guidance", 7.5), float),
+            height=spec.option("height", None, int), width=spec.option("width", None, int),
+            batch_size=spec.option("batch", int(defaults.get("batch", 4)), int),
             negative_prompt=spec.option("negative"), class_tokens=tokens, checks=checks)
         _load(gen, load)
         return gen

@@ -94,7 +94,7 @@ def check_pipeline(pipe: Any) -> None:
 
 
 def encode_text(pipe: Any, prompts: Sequence[str]) -> Any:
-    """Text-encoder hidden states ``(N, 77, D)`` for the prompts, padded as the pipeline pads them."""
+    """Text-encoder hidden states ``(N, L, D)`` for the prompts, padded as the pipeline pads them."""
     import torch
 
     tok = pipe.tokenizer(list(prompts), padding="max_length", max_length=pipe.tokenizer.model_max_length,
@@ -170,7 +170,7 @@ def sample(pipe: Any, schedule: DDIMSchedule, latent: Any, cond: Any, nulls: Any
            after_step: Callable[[int, Any], Any] | None = None) -> Any:
     """DDIM sampling from ``latent`` (broadcast over the batch of ``cond``) down to a clean latent.
 
-    ``nulls`` is one unconditional embedding ``(1, 77, D)`` or one per step ``(T, 1, 77, D)`` (null-text
+    ``nulls`` is one unconditional embedding ``(1, L, D)`` or one per step ``(T, 1, L, D)`` (null-text
     inversion). ``before_step(i)`` runs before each UNet call (attention control reads the step from it);
     ``after_step(i, x)`` may return a changed latent (local blending).
     """

@@ -102,7 +102,7 @@ def edit_latents(pipe: Any, inversion: Inversion, target: str, injections: Seque
     schedule = DDIMSchedule.from_pipeline(pipe, inversion.settings.steps)
     source = inversion.prompt
     alignment = align(pipe.tokenizer, source, target, settings.mode)
-    equalizer = torch.ones(77)
+    equalizer = torch.ones(alignment.mapper.shape[0])
     equalizer[alignment.target_changed] = settings.edit_word_weight
     for word, weight in settings.reweight.items():
         equalizer[word_tokens(pipe.tokenizer, target, word)] = weight

@@ -59,7 +59,7 @@ class Inversion:
     latent: Any
     """``zT``, shape ``(1, C, h, w)``, float32."""
     nulls: Any
-    """Null embeddings: one per step ``(T, 1, 77, D)`` after null-text optimisation, else ``(1, 77, D)``."""
+    """Null embeddings: one per step ``(T, 1, L, D)`` after null-text optimisation, else ``(1, L, D)``."""
     z0: Any
     """The image's own latent, the target of reconstruction."""
     prompt: str
@@ -138,7 +138,7 @@ def null_gradient(loss_of: StepLoss, emb: Any) -> tuple[Any, float]:
 
 def null_text_optimise(pipe: Any, schedule: DDIMSchedule, path: list[Any], cond: Any, null: Any,
                        settings: InversionSettings) -> tuple[Any, Any]:
-    """Per-step null embeddings ``(T, 1, 77, D)`` that keep guided sampling on ``path``; also the latent
+    """Per-step null embeddings ``(T, 1, L, D)`` that keep guided sampling on ``path``; also the latent
     the optimised run ends at (its reconstruction of ``z0``)."""
     import torch
 

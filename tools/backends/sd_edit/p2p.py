@@ -26,6 +26,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 TOKENS = 77
+"""Stable Diffusion's text length; a pipeline's own is its tokenizer's ``model_max_length`` (see `token_length`)."""
+
+
+def token_length(tokenizer: Any) -> int:
+    """The padded prompt length the pipeline encodes: the tokenizer's ``model_max_length`` (77 for SD's CLIP)."""
+    n = getattr(tokenizer, "model_max_length", TOKENS)
+    return int(n) if isinstance(n, int) and 0 < n <= 4096 else TOKENS
 
 
 @dataclass
@@ -33,9 +40,10 @@ class TokenAlignment:
     """How each target token relates to the source prompt's tokens."""
 
     mapper: Any
-    """``(77, 77)`` tensor: ``mapper[i, j]`` is the weight of source token ``i``'s map in target token ``j``'s."""
+    """``(L, L)`` tensor, L the prompt length (77 for SD): ``mapper[i, j]`` is the weight of source token ``i``'s
+    map in target token ``j``'s."""
     alpha: Any
-    """``(77,)`` tensor: 1 where a target token takes the source's map, 0 for new words."""
+    """``(L,)`` tensor: 1 where a target token takes the source's map, 0 for new words."""
     source_changed: list[int] = field(default_factory=list)
     target_changed: list[int] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
@@ -78,12 +86,13 @@ def align(tokenizer: Any, source: str, target: str, mode: str = "auto") -> Token
         raise ValueError(f"mode must be 'auto' or 'refine', not {mode!r}")
     src, tgt = _words(tokenizer, source), _words(tokenizer, target)
     starts_s, starts_t = _starts(src), _starts(tgt)
-    mapper = torch.zeros(TOKENS, TOKENS)
-    alpha = torch.zeros(TOKENS)
+    n = token_length(tokenizer)
+    mapper = torch.zeros(n, n)
+    alpha = torch.zeros(n)
     out = TokenAlignment(mapper, alpha)
 
     def link(i: int, j: int, w: float = 1.0) -> None:
-        if i < TOKENS and j < TOKENS:
+        if i < n and j < n:
             mapper[i, j] += w
             alpha[j] = 1.0
 
@@ -113,10 +122,10 @@ def align(tokenizer: Any, source: str, target: str, mode: str = "auto") -> Token
         out.target_changed += [j for b in words_t for j in _span(starts_t, b)]
     # End-of-text and padding carry a summary of the prompt: matched position by position after the words.
     end_s, end_t = starts_s[-1], starts_t[-1]
-    for k in range(TOKENS - end_t):
+    for k in range(n - end_t):
         link(end_s + k, end_t + k)
-    out.source_changed = [i for i in out.source_changed if i < TOKENS]
-    out.target_changed = [j for j in out.target_changed if j < TOKENS]
+    out.source_changed = [i for i in out.source_changed if i < n]
+    out.target_changed = [j for j in out.target_changed if j < n]
     out.mode = "refine" if "refine" in kinds else ("replace" if kinds else "same")
     return out
 
@@ -126,7 +135,8 @@ def word_tokens(tokenizer: Any, prompt: str, word: str) -> list[int]:
     words = _words(tokenizer, prompt)
     starts = _starts(words)
     key = tokenizer(word, add_special_tokens=False).input_ids
-    return [j for k, (_, ids) in enumerate(words) if ids == key for j in _span(starts, k) if j < TOKENS]
+    n = token_length(tokenizer)
+    return [j for k, (_, ids) in enumerate(words) if ids == key for j in _span(starts, k) if j < n]
 
 
 def _starts(words: list[tuple[str, list[int]]]) -> list[int]:
@@ -172,7 +182,7 @@ class LocalBlend:
         return bool(self.source_tokens or self.target_tokens)
 
     def record(self, cond: Any) -> None:
-        """``cond``: conditional-half cross-attention ``(rows, heads, q, 77)``; adds the words' maps to the sum."""
+        """``cond``: conditional-half cross-attention ``(rows, heads, q, L)``; adds the words' maps to the sum."""
         import torch
 
         rows = [cond[0, :, :, self.source_tokens].sum(-1).mean(0)]
@@ -218,7 +228,7 @@ class AttentionEdit:
         """Whether the batch has an unconditional half before the conditional one (guidance != 1)."""
         self.cross_until = [round(inj.cross * steps) for inj in injections]
         self.self_until = [round(inj.self_ * steps) for inj in injections]
-        self.equalizer = torch.ones(TOKENS) if equalizer is None else equalizer
+        self.equalizer = torch.ones(alignment.mapper.shape[0]) if equalizer is None else equalizer
         self.self_max_tokens = self_max_tokens
         self.blend = blend
         self.step = 0

@@ -1,0 +1,78 @@
+"""Train toyworld-clip and toyworld-sd from the default world's renders, on CPU, with fixed seeds.
+
+    python scripts/train_toyworld_sd.py [--out DIR] [--seed 0] [--threads 2] [--clip-steps N] [--vae-steps N]
+                                        [--unet-steps N]
+
+Writes ``DIR/toyworld-clip`` (a transformers CLIPModel folder) and ``DIR/toyworld-sd`` (a diffusers
+StableDiffusionPipeline folder), each with ``training.json`` (settings, seconds, versions). The default ``DIR`` is
+the package's weights folder, where ``--generator diffusers:toyworld-sd``, ``--editor sd-edit:toyworld-sd`` and
+``--embedder toyworld-clip`` find them. Then measure them with ``sleuth world check --diffusion``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in text.split(","))
+
+
+def main(argv: list[str] | None = None) -> int:
+    from sleuth.tools.backends.packaged import WEIGHTS
+    from sleuth.tools.backends.toyworld.diffusion.train import TrainSettings
+
+    defaults = TrainSettings()
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", type=Path, default=WEIGHTS, help=f"output folder (default {WEIGHTS})")
+    p.add_argument("--world", help="world config (default: the embedded default world)")
+    for name, value in defaults.model_dump().items():
+        if isinstance(value, tuple):
+            p.add_argument(f"--{name.replace('_', '-')}", type=_ints, default=value, metavar="N,N,...",
+                           help=f"default {','.join(map(str, value))}")
+        else:
+            p.add_argument(f"--{name.replace('_', '-')}", type=type(value), default=value, help=f"default {value}")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bars or log lines")
+    args = p.parse_args(argv)
+
+    import torch
+    from rich.console import Console
+
+    from sleuth.agent.terminal.progress import ProgressBars
+    from sleuth.tools.backends.toyworld import load_world
+    from sleuth.tools.backends.toyworld.diffusion.train import Trainer
+
+    settings = TrainSettings(**{k: getattr(args, k) for k in defaults.model_dump()})
+    console = Console(stderr=True)
+    world = load_world(args.world)
+    start = time.perf_counter()
+    with ProgressBars(console, enabled=not args.quiet and sys.stderr.isatty()) as bars:
+        log = (lambda _m: None) if args.quiet else (lambda m: console.log(m))
+        record = Trainer(world, settings, progress=bars.update, log=log).run(args.out)
+    record["seconds"]["total"] = time.perf_counter() - start
+    import diffusers
+    import transformers
+
+    record["versions"] = {"torch": torch.__version__, "diffusers": diffusers.__version__,
+                          "transformers": transformers.__version__, "python": platform.python_version()}
+    record["cpu"] = platform.processor() or platform.machine()
+    sizes = {}
+    for name in ("toyworld-clip", "toyworld-sd"):
+        folder = args.out / name
+        (folder / "training.json").write_text(json.dumps(record, indent=2) + "\n")
+        sizes[name] = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
+    record["bytes"] = sizes
+    print(json.dumps(record, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,213 @@
+"""toyworld-clip and toyworld-sd: training data, the BPE tokenizer, the training stages on tiny sizes, and the
+folders they write loading through sleuth's real-model specs (diffusers generator, sd-edit editor, CLIP embedder)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from sleuth.tools.backends.base import BackendError
+from sleuth.tools.backends.packaged import packaged
+from sleuth.tools.backends.toyworld import load_world
+from sleuth.tools.backends.toyworld.diffusion import data
+from sleuth.tools.backends.toyworld.diffusion.tokenizer import learn_bpe, words
+
+TINY = {"seed": 3, "tokenizer_texts": 2000, "clip_steps": 2, "clip_batch": 8, "vae_steps": 2, "vae_batch": 2,
+        "unet_steps": 3, "unet_batch": 2, "text_width": 32, "vision_width": 32, "clip_layers": 1,
+        "vae_channels": (8, 16, 16), "vae_groups": 8, "unet_channels": (16, 32, 32), "unet_groups": 8}
+
+
+@pytest.fixture(scope="module")
+def world() -> Any:
+    return load_world()
+
+
+def test_scenes_are_counter_based_and_texts_name_the_class(world: Any) -> None:
+    s = data.Scenes(world, seed=5)
+    a, b = s.batch(100, 300), s.batch(100, 300)
+    assert np.array_equal(a.images, b.images) and a.texts == b.texts and a.images.shape == (300, 64, 64, 3)
+    assert s.batch(400, 300).texts != a.texts
+    empty = sum(t == "" for t in a.texts)
+    assert 10 <= empty <= 55  # 10% of 300, with room
+    words_of = {c.name: {c.name, *c.synonyms} for c in world.classes}
+    for scene, text in zip(a.scenes, a.texts, strict=True):
+        if text:
+            assert any(w in text for w in words_of[scene.label]), (scene.label, text)
+    # Scenes follow the natural priors except for a share with one attribute drawn uniformly: every background
+    # appears, and the training seeds are far from any investigation's.
+    backgrounds = {sc.background for sc in s.scenes(0, 2000)}
+    assert backgrounds == set(world.vocabulary.names("background"))
+    assert data.SEED_BASE >= 2**50
+
+
+def test_texts_name_only_true_attributes(world: Any) -> None:
+    from sleuth.tools.backends.toyworld.parser import parse
+
+    s = data.Scenes(world, seed=1)
+    batch = s.batch(0, 400)
+    checked = 0
+    for scene, text in zip(batch.scenes, batch.texts, strict=True):
+        parsed = parse(text, world)
+        for attr in ("background", "lighting", "domain"):
+            allowed = parsed.scene_constraints.get(attr)
+            if allowed:
+                assert getattr(scene, attr) in allowed, (text, attr, getattr(scene, attr))
+                checked += 1
+        if text:
+            assert parsed.label == scene.label, text
+    assert checked > 200
+
+
+def test_bpe_spells_every_training_word_as_one_token() -> None:
+    from transformers import CLIPTokenizer
+
+    texts = ["a photo of a cat in the snow", "the snow leopard. it is at dusk.", "a pencil sketch of a kitten"] * 3
+    vocab, merges = learn_bpe(texts)
+    assert learn_bpe(texts) == (vocab, merges)  # deterministic
+    tok = CLIPTokenizer(vocab=vocab, merges=merges, model_max_length=16)
+    for w in words(texts):
+        ids = tok(w.replace("</w>", ""), add_special_tokens=False).input_ids
+        assert len(ids) == 1, w
+    ids = tok("a cat", padding="max_length", max_length=16).input_ids
+    assert ids[0] == tok.bos_token_id and ids[-1] == tok.eos_token_id == tok.pad_token_id and len(ids) == 16
+    # An unseen word is spelled in pieces, never dropped.
+    unseen = tok("zebra", add_special_tokens=False).input_ids
+    assert len(unseen) > 1 and tok.decode(unseen).strip() == "zebra"
+
+
+def test_prompt_to_prompt_alignment_takes_the_tokenizers_length() -> None:
+    """toyworld-sd's prompts are 48 tokens, not Stable Diffusion's 77: the alignment follows the tokenizer."""
+    from transformers import CLIPTokenizer
+
+    from sleuth.tools.backends.sd_edit.p2p import align, word_tokens
+
+    texts = ["a photo of a cat on the grass", "a photo of a cat in the snow"]
+    vocab, merges = learn_bpe(texts)
+    tok = CLIPTokenizer(vocab=vocab, merges=merges, model_max_length=48)
+    a = align(tok, texts[0], texts[1])
+    assert a.mapper.shape == (48, 48) and a.alpha.shape == (48,)
+    assert a.added == ["in", "snow"] and a.removed == ["on", "grass"]
+    assert word_tokens(tok, texts[1], "snow") == [8]
+    assert float(a.mapper[47, 47]) == 1.0  # padding matched position by position to the end
+
+
+def test_packaged_names(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from sleuth.tools.backends import packaged as registry
+
+    assert packaged("some/model") is None and packaged(str(tmp_path)) is None
+    monkeypatch.setattr(registry, "WEIGHTS", tmp_path)
+    with pytest.raises(BackendError, match="train_toyworld_sd.py"):
+        packaged("toyworld-sd")
+    (tmp_path / "toyworld-sd").mkdir()
+    (tmp_path / "toyworld-sd" / "model_index.json").write_text("{}")
+    assert packaged("toyworld-sd") == tmp_path / "toyworld-sd"
+
+
+@pytest.fixture(scope="module")
+def trained(world: Any, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    from sleuth.tools.backends.toyworld.diffusion.train import Trainer, TrainSettings
+
+    out = tmp_path_factory.mktemp("toyworld-diffusion")
+    seen: list[tuple[str, int, int]] = []
+    record = Trainer(world, TrainSettings(**TINY), progress=lambda t, d, n: seen.append((t, d, n))).run(out)
+    record["progress"] = seen
+    return out, record
+
+
+def test_training_writes_standard_folders(trained: tuple[Path, dict[str, Any]]) -> None:
+    import torch
+    from diffusers import StableDiffusionPipeline
+    from transformers import CLIPModel, CLIPTextModel
+
+    out, record = trained
+    assert set(record["seconds"]) == {"clip", "vae", "unet"}
+    assert ("training the UNet", 3, 3) in record["progress"]
+    pipe = StableDiffusionPipeline.from_pretrained(out / "toyworld-sd", local_files_only=True)
+    assert pipe.vae_scale_factor == 4 and pipe.unet.config.sample_size == 16
+    assert pipe.vae.config.scaling_factor > 0 and pipe.vae.config.scaling_factor != 1.0
+    clip = CLIPModel.from_pretrained(out / "toyworld-clip", local_files_only=True)
+    # The pipeline's text encoder is toyworld-clip's text tower, weight for weight.
+    text = CLIPTextModel.from_pretrained(out / "toyworld-sd" / "text_encoder", local_files_only=True)
+    ids = pipe.tokenizer(["a photo of a cat in the snow"], padding="max_length", return_tensors="pt").input_ids
+    with torch.no_grad():
+        a = text(ids).last_hidden_state
+        b = clip.text_model(ids).last_hidden_state
+    assert torch.allclose(a, b, atol=1e-6)
+    images = pipe(["a photo of a cat"], num_inference_steps=2, output_type="np",
+                  generator=torch.Generator().manual_seed(0)).images
+    assert images.shape == (1, 64, 64, 3)
+
+
+def test_specs_load_the_folders(trained: tuple[Path, dict[str, Any]], world: Any) -> None:
+    from sleuth.tools.backends.clip import ClipEmbedder, HFClipModel
+    from sleuth.tools.backends.diffusers_generator import DiffusersGenerator
+    from sleuth.tools.backends.specs import BackendSpecs
+
+    out, _ = trained
+    sd, clip = out / "toyworld-sd", out / "toyworld-clip"
+    parts = BackendSpecs(generator=f"diffusers:{sd},steps=2,batch=2", embedder=f"clip:{clip}",
+                         editor=f"sd-edit:{sd},steps=2,null_steps=1,self=0.5,clip=on").build_parts(load=True)
+    gen, emb = parts["generator"], parts["embedder"]
+    assert isinstance(gen, DiffusersGenerator) and isinstance(emb, ClipEmbedder)
+    assert isinstance(emb.model, HFClipModel) and emb.id.startswith(f"clip:{clip}@")
+    g = gen.generate(["a realistic photograph of a cat", "a realistic photograph of a dog"], [1, 2])
+    assert [x.image.shape for x in g] == [(64, 64, 3)] * 2
+    again = gen.generate(["a realistic photograph of a dog"], [2])[0]
+    assert np.abs(again.image.astype(int) - g[1].image.astype(int)).max() <= 2  # batch-independent, per-image seed
+    e = emb.embed([x.image for x in g])
+    assert e.shape == (2, 128) and np.allclose(np.linalg.norm(e, axis=1), 1, atol=1e-5)
+    t = emb.model.encode_texts(["a cat", "a dog in the snow"])
+    assert t.shape == (2, 128) and np.allclose(np.linalg.norm(t, axis=1), 1, atol=1e-5)
+    outcome = parts["editor"].edit(g[0], "a realistic photograph of a cat on the grass",
+                                   "a realistic photograph of a cat in the snow")
+    assert outcome.image.shape == (64, 64, 3) and "clip_image_image" in outcome.scores
+    with pytest.raises(BackendError, match="toyworld-clip takes no argument"):
+        BackendSpecs(embedder="toyworld-clip:x").build_parts()
+    with pytest.raises(BackendError, match="no config.json"):
+        BackendSpecs(embedder=f"clip:{sd}").build_parts()
+
+
+def test_diffusion_check_on_the_tiny_model(trained: tuple[Path, dict[str, Any]], world: Any) -> None:
+    from sleuth.tools.backends.specs import BackendSpecs
+    from sleuth.tools.backends.toyworld.captioner import ToyCaptioner
+    from sleuth.tools.backends.toyworld.classifier import ToyClassifier
+    from sleuth.tools.backends.toyworld.diffusion.check import DiffusionCheck, psnr
+
+    out, _ = trained
+    sd = out / "toyworld-sd"
+    parts = BackendSpecs(generator=f"diffusers:{sd},steps=2,batch=8",
+                         editor=f"sd-edit:{sd},steps=2,null_steps=1,self=0.5").build_parts(load=True)
+    classifier = ToyClassifier(world)
+    check = DiffusionCheck(world, parts["generator"], parts["editor"], classifier, ToyCaptioner(world), classifier)
+    report = check.run(n=24, attribute_n=8, inversions=2, swaps=2)
+    acc = report["class_accuracy"]
+    assert acc["overall"]["n"] == 24 and sum(r["n"] for r in acc["by_class"].values()) == 24
+    assert 0 <= acc["overall"]["low"] <= acc["overall"]["rate"] <= acc["overall"]["high"] <= 1
+    assert set(report["attribute_adherence"]) == {"background", "colour", "lighting", "domain"}
+    assert report["null_text_reconstruction"]["n"] == 2 and report["null_text_reconstruction"]["steps"] == 2
+    assert report["background_swaps"]["success"]["n"] == 2
+    a = np.zeros((4, 4, 3), np.uint8)
+    assert psnr(a, a) == float("inf") and psnr(a, a + 255) == pytest.approx(0.0)
+    assert psnr(a, a + 1) == pytest.approx(48.13, abs=0.01)
+
+
+def test_world_check_diffusion_command(trained: tuple[Path, dict[str, Any]],
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from sleuth.agent.cli import main
+
+    sd = trained[0] / "toyworld-sd"
+    code = main(["world", "check", "--diffusion", "--generator", f"diffusers:{sd},steps=2,batch=12",
+                 "--editor", f"sd-edit:{sd},steps=2,null_steps=1,self=0.5", "--n", "12", "--attribute-n", "4",
+                 "--inversions", "1", "--swaps", "1", "--json"])
+    assert code == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["class_accuracy"]["overall"]["n"] == 12
+    assert report["null_text_reconstruction"]["autoencoder_psnr_mean"] > 0
+    assert main(["world", "check", "--diffusion", "--n", "5"]) == 2
+    assert "--n must be between 12" in capsys.readouterr().err
+
