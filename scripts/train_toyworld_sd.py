@@ -17,6 +17,7 @@ import platform
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -26,22 +27,31 @@ def _ints(text: str) -> tuple[int, ...]:
     return tuple(int(x) for x in text.split(","))
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse(argv: list[str] | None = None) -> tuple[argparse.Namespace, Any]:
+    """The command line: every training setting is a flag (``--unet-steps 6000``, ``--no-unet-pooled-text``)."""
     from sleuth.tools.backends.packaged import WEIGHTS
     from sleuth.tools.backends.toyworld.diffusion.train import TrainSettings
 
     defaults = TrainSettings()
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     p.add_argument("--out", type=Path, default=WEIGHTS, help=f"output folder (default {WEIGHTS})")
     p.add_argument("--world", help="world config (default: the embedded default world)")
     for name, value in defaults.model_dump().items():
+        flag = f"--{name.replace('_', '-')}"
         if isinstance(value, tuple):
-            p.add_argument(f"--{name.replace('_', '-')}", type=_ints, default=value, metavar="N,N,...",
+            p.add_argument(flag, type=_ints, default=value, metavar="N,N,...",
                            help=f"default {','.join(map(str, value))}")
+        elif isinstance(value, bool):
+            p.add_argument(flag, action=argparse.BooleanOptionalAction, default=value, help=f"default {value}")
         else:
-            p.add_argument(f"--{name.replace('_', '-')}", type=type(value), default=value, help=f"default {value}")
+            p.add_argument(flag, type=type(value), default=value, help=f"default {value}")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars or log lines")
     args = p.parse_args(argv)
+    return args, TrainSettings(**{k: getattr(args, k) for k in defaults.model_dump()})
+
+
+def main(argv: list[str] | None = None) -> int:
+    args, settings = parse(argv)
 
     import torch
     from rich.console import Console
@@ -50,7 +60,6 @@ def main(argv: list[str] | None = None) -> int:
     from sleuth.tools.backends.toyworld import load_world
     from sleuth.tools.backends.toyworld.diffusion.train import Trainer
 
-    settings = TrainSettings(**{k: getattr(args, k) for k in defaults.model_dump()})
     console = Console(stderr=True)
     world = load_world(args.world)
     start = time.perf_counter()

@@ -94,6 +94,25 @@ def test_prompt_to_prompt_alignment_takes_the_tokenizers_length() -> None:
     assert float(a.mapper[47, 47]) == 1.0  # padding matched position by position to the end
 
 
+def test_training_script_flags_cover_every_setting(tmp_path: Path) -> None:
+    import importlib.util
+
+    from sleuth.tools.backends.toyworld.diffusion.train import TrainSettings
+
+    root = Path(__file__).resolve().parent.parent
+    spec = importlib.util.spec_from_file_location("train_toyworld_sd_script", root / "scripts" / "train_toyworld_sd.py")
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    args, settings = script.parse(["--out", str(tmp_path), "--unet-steps", "7", "--unet-channels", "16,32",
+                                   "--no-unet-pooled-text", "--unet-lr", "0.001"])
+    assert args.out == tmp_path
+    assert settings == TrainSettings(unet_steps=7, unet_channels=(16, 32), unet_pooled_text=False, unet_lr=1e-3)
+    assert script.parse([])[1] == TrainSettings()
+    with pytest.raises(SystemExit):
+        script.parse(["--unet-pooled-text", "no"])
+
+
 def test_packaged_names(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from sleuth.tools.backends import packaged as registry
 
@@ -127,6 +146,9 @@ def test_training_writes_standard_folders(trained: tuple[Path, dict[str, Any]]) 
     assert ("training the UNet", 3, 3) in record["progress"]
     pipe = StableDiffusionPipeline.from_pretrained(out / "toyworld-sd", local_files_only=True)
     assert pipe.vae_scale_factor == 4 and pipe.unet.config.sample_size == 16
+    # Eight latent channels end to end, and the UNet's second, pooled route to the text.
+    assert pipe.vae.config.latent_channels == pipe.unet.config.in_channels == pipe.unet.config.out_channels == 8
+    assert pipe.unet.config.addition_embed_type == "text"
     assert pipe.vae.config.scaling_factor > 0 and pipe.vae.config.scaling_factor != 1.0
     clip = CLIPModel.from_pretrained(out / "toyworld-clip", local_files_only=True)
     # The pipeline's text encoder is toyworld-clip's text tower, weight for weight.
@@ -211,3 +233,37 @@ def test_world_check_diffusion_command(trained: tuple[Path, dict[str, Any]],
     assert main(["world", "check", "--diffusion", "--n", "5"]) == 2
     assert "--n must be between 12" in capsys.readouterr().err
 
+
+
+def test_the_packaged_models_draw_the_world(world: Any) -> None:
+    """The shipped toyworld-sd, through the specs, draws classes the world's classifier recognises and the
+    backgrounds its prompts name; toyworld-clip matches those images to their class.
+
+    Small samples at bounds far below the measured rates (docs/toyworld_sd.md), so another CPU's rounding cannot
+    fail them; random weights score about 1 in 12 on classes and never read a background on cue."""
+    from sleuth.tools.backends.specs import BackendSpecs
+    from sleuth.tools.backends.toyworld.captioner import ToyCaptioner
+    from sleuth.tools.backends.toyworld.classifier import ToyClassifier
+    from sleuth.tools.backends.toyworld.diffusion.check import _top1
+
+    parts = BackendSpecs(generator="diffusers:toyworld-sd", embedder="toyworld-clip").build_parts(load=True)
+    gen = parts["generator"]
+    assert gen.num_inference_steps == 25 and gen.guidance_scale == 7.5
+    labels = [c.name for c in world.classes] * 4
+    images = [g.image for g in gen.generate([f"a realistic photograph of a {lab}" for lab in labels],
+                                            list(range(len(labels))))]
+    hits = sum(p == lab for p, lab in zip(_top1(ToyClassifier(world), images), labels, strict=True))
+    assert hits >= 0.25 * len(labels), f"{hits}/{len(labels)}"
+    # The prompted background is drawn (grass, water, indoors: the captioner reads them in 14-16 of 16 images).
+    places = {"grass": "on the grass", "water": "in the water", "indoor": "indoors"}
+    captioner = ToyCaptioner(world)
+    for bg, where in places.items():
+        drawn = gen.generate([f"a realistic photograph of a dog {where}"] * 12, list(range(12)))
+        reads = [p["background"] for p in captioner.predict([g.image for g in drawn])]
+        assert reads.count(bg) >= 6, (bg, reads)
+    # toyworld-clip ranks the right class prompt first for many of the class images.
+    model = parts["embedder"].model
+    sims = model.encode_images(images) @ model.encode_texts([f"a photo of a {c.name}" for c in world.classes]).T
+    names = [c.name for c in world.classes]
+    right = sum(names[int(i)] == lab for i, lab in zip(sims.argmax(axis=1), labels, strict=True))
+    assert right >= 0.3 * len(labels), f"{right}/{len(labels)}"

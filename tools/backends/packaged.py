@@ -13,7 +13,7 @@ from sleuth.tools.backends.base import BackendError
 WEIGHTS = Path(__file__).resolve().parent / "toyworld" / "weights"
 PACKAGED = {"toyworld-clip": "config.json", "toyworld-sd": "model_index.json"}
 """Packaged model names, and the file that shows the folder is complete."""
-GENERATOR_DEFAULTS: dict[str, dict[str, float]] = {"toyworld-sd": {"steps": 25, "guidance": 5.0, "batch": 64}}
+GENERATOR_DEFAULTS: dict[str, dict[str, float]] = {"toyworld-sd": {"steps": 25, "guidance": 7.5, "batch": 64}}
 """Generator settings a packaged model is measured with, used unless the spec sets them (``diffusers:toyworld-sd,
 steps=50``): a 64 px model runs whole batches where Stable Diffusion's defaults assume 512 px."""
 

@@ -23,9 +23,9 @@ from sleuth.tools.backends.toyworld.render import Renderer
 from sleuth.tools.backends.toyworld.synonyms import SYNONYMS
 
 ATTRIBUTES = ("background", "colour", "co_object", "lighting", "domain")
-MENTION = {"background": 0.6, "colour": 0.5, "co_object": 0.6, "lighting": 0.5, "domain": 0.6}
+MENTION = {"background": 0.85, "colour": 0.8, "co_object": 0.6, "lighting": 0.7, "domain": 0.8}
 """Probability that a text names the attribute (a co-occurring object and non-default values are always worth it)."""
-UNIFORM_SHARE = 0.3
+UNIFORM_SHARE = 0.5
 """Share of scenes with one attribute drawn uniformly instead of from the prior."""
 EMPTY_SHARE = 0.1
 """Share of empty texts (the unconditional branch)."""

@@ -46,11 +46,11 @@ class TrainSettings(BaseModel):
     clip_steps: int = Field(default=700, ge=1)
     clip_batch: int = Field(default=128, ge=2)
     clip_lr: float = 5e-4
-    vae_steps: int = Field(default=1000, ge=1)
+    vae_steps: int = Field(default=1500, ge=1)
     vae_batch: int = Field(default=16, ge=1)
     vae_lr: float = 1e-3
     vae_kl: float = 1e-6
-    unet_steps: int = Field(default=3600, ge=1)
+    unet_steps: int = Field(default=5400, ge=1)
     unet_batch: int = Field(default=32, ge=1)
     unet_lr: float = 5e-4
     ema_decay: float = 0.999
@@ -60,8 +60,10 @@ class TrainSettings(BaseModel):
     clip_layers: int = Field(default=4, ge=1)
     vae_channels: tuple[int, ...] = (32, 64, 64)
     vae_groups: int = 16
+    vae_latent_channels: int = Field(default=models.LATENT_CHANNELS, ge=1)
     unet_channels: tuple[int, ...] = (64, 96, 128)
     unet_groups: int = 32
+    unet_pooled_text: bool = Field(default=True, description="Also condition the ResNet blocks on pooled text.")
 
 
 @contextmanager
@@ -161,7 +163,7 @@ class Trainer:
     def train_vae(self) -> Any:
         s = self.settings
         torch.manual_seed(s.seed + 1)
-        vae = models.vae(s.vae_channels, s.vae_groups)
+        vae = models.vae(s.vae_channels, s.vae_groups, s.vae_latent_channels)
         vae.train()
         opt, sched = _optimizer(vae.parameters(), s.vae_lr, s.vae_steps)
         data = self._data(2)
@@ -194,7 +196,7 @@ class Trainer:
     def train_unet(self, text_encoder: Any, tokenizer: Any, vae: Any) -> Any:
         s = self.settings
         torch.manual_seed(s.seed + 2)
-        unet = models.unet(s.unet_channels, s.text_width, s.unet_groups)
+        unet = models.unet(s.unet_channels, s.text_width, s.unet_groups, s.vae_latent_channels, s.unet_pooled_text)
         ema = [p.detach().clone() for p in unet.parameters()]
         unet.train()
         noise_schedule = models.scheduler()
