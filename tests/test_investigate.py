@@ -87,8 +87,9 @@ def test_ctrl_c_leaves_a_valid_transcript(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "SLEUTH_NO_CACHE": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "sleuth", "investigate", "--class", "cat", "--quiet",
                              "--planner", "protocol-v1", "--budget", "200000", "--runs", str(tmp_path)],
-                            cwd=tmp_path, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            # A suite started in the background inherits SIGINT ignored; a terminal's run does not.
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     # Wait until the run has written a few events, then interrupt it as a terminal's Ctrl-C would.
     deadline = time.time() + 120
     transcript = None
