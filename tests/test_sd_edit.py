@@ -142,6 +142,57 @@ def test_local_blend_keeps_the_source_outside_the_changed_words(pipe: Any, inver
     assert float(diff[outside].max()) == 0.0 and float(diff[~outside].max()) > 1e-3
 
 
+
+def test_without_class_removes_whole_words_only() -> None:
+    from sleuth.tools.backends.sd_edit.regions import without_class
+
+    assert without_class(SOURCE, "cat") == "a photo of a on the grass"
+    assert without_class("A Snow Leopard in the snow.", "snow leopard") == "A in the snow."
+    assert without_class("a photo of a bobcat", "cat") is None
+    assert without_class("a cat-like dog", "cat") is None
+
+
+def test_keep_class_leaves_the_class_region_as_the_source(pipe: Any, inverted: Any) -> None:
+    from sleuth.tools.backends.sd_edit.regions import RegionSettings, class_region
+
+    keep = class_region(pipe, inverted.z0, SOURCE, "cat", 7.5)
+    assert keep is not None and keep.shape == (1, 1, SIZE // 2, SIZE // 2)
+    assert set(torch.unique(keep).tolist()) <= {0.0, 1.0} and 0.0 < float(keep.mean()) < 1.0
+    again = class_region(pipe, inverted.z0, SOURCE, "cat", 7.5)
+    assert torch.equal(keep, again)  # seeded noise draws: the same region every time
+    bare = class_region(pipe, inverted.z0, SOURCE, "cat", 7.5, RegionSettings(dilate=0))
+    assert float(bare.mean()) <= float(keep.mean()) and bool((keep >= bare).all())  # dilation only grows it
+    assert class_region(pipe, inverted.z0, SOURCE, "dog", 7.5) is None  # the caption does not name a dog
+    # Words' maps off: the edit is free everywhere but in the class region, which stays the source's exactly.
+    run = edit_latents(pipe, inverted, ADD, [Injection(0.8, 0.4)], EditSettings(local_blend=False), keep=keep)
+    diff = (run.latents[1] - run.latents[0]).abs().amax(0)
+    inside = keep[0, 0] == 1
+    assert float(diff[inside].max()) == 0.0 and float(diff[~inside].max()) > 1e-3
+    assert run.blend_mask is not None and torch.equal(run.blend_mask[0, 0], 1 - keep[0, 0])
+    # With the words' maps too, the region changed is within theirs and outside the class region.
+    both = edit_latents(pipe, inverted, ADD, [Injection(0.8, 0.4)], EditSettings(blend_threshold=0.6), keep=keep)
+    assert both.blend_mask is not None and float((both.blend_mask * keep).max()) == 0.0
+    assert 0.0 < float(both.blend_mask.mean()) < float((1 - keep).mean())
+
+
+def test_editor_keep_class_option(pipe: Any, image: np.ndarray) -> None:
+    from sleuth.tools.backends.sd_edit.editor import default_cost
+
+    inversion = FAST.model_copy(update={"null_steps": 2})
+    plain = SDEditor(pipeline=pipe, inversion=inversion, class_names=["cat", "dog"])
+    keeping = SDEditor(pipeline=pipe, inversion=inversion, class_names=["cat", "dog"],
+                       editing=EditSettings(keep="class"))
+    assert keeping.id != plain.id
+    # Two guided passes over 8 noise draws on top of the edit, in images of 10 steps: 2 * 8 / 10.
+    assert keeping.cost.edit == pytest.approx(plain.cost.edit + 1.6)
+    assert default_cost(inversion, EditSettings(keep="class"), False).edit == pytest.approx(2 + 1.6)
+    gen = Generation(image=image, prompt=SOURCE, seed=1)
+    out = keeping.edit(gen, SOURCE, ADD)
+    assert 0.0 < out.meta["kept_region"] < 1.0 and plain.edit(gen, SOURCE, ADD).meta["kept_region"] is None
+    assert keeping.edit(gen, "a photo of a bird on the grass", ADD).meta["kept_region"] is None  # no class named
+    assert keeping.edit(gen, SOURCE, SOURCE).meta["kept_region"] is None  # a sham edit changes nothing to keep
+
+
 def test_alignment_of_swaps_refinements_and_padding(pipe: Any) -> None:
     tok = pipe.tokenizer
     swap = align(tok, SOURCE, SWAP)
@@ -330,7 +381,9 @@ def test_sd_edit_spec(pipe: Any, image: np.ndarray, tmp_path: Path, monkeypatch:
     assert ed.thresholds.image_image == 0.6 and ed.size == SIZE and ed.id.startswith(f"sd-edit:{folder}@")
     out = ed.edit(Generation(image=image, prompt=SOURCE, seed=1), SOURCE, SWAP)  # loads from disk, no CLIP
     assert out.image.shape == image.shape and out.passed == {"class_word": False} and out.meta["self_steps"] == 0.6
+    assert BackendSpecs(editor=f"sd-edit:{folder},keep=class").build_parts()["editor"].settings.keep == "class"
     for bad, match in [("colour=red", "unknown option"), ("steps=0", "steps"), ("self=x", "self_steps"),
+                       ("keep=cat", "keep"),
                        ("clip=on", "CLIP embedder")]:
         with pytest.raises(BackendError, match=match):
             make_backends(generator=f"diffusers:{folder}", editor=f"sd-edit:{folder},{bad}")

@@ -267,3 +267,66 @@ def test_the_packaged_models_draw_the_world(world: Any) -> None:
     names = [c.name for c in world.classes]
     right = sum(names[int(i)] == lab for i, lab in zip(sims.argmax(axis=1), labels, strict=True))
     assert right >= 0.3 * len(labels), f"{right}/{len(labels)}"
+
+
+def test_the_packaged_editor_keeps_the_class_region(world: Any) -> None:
+    """``sd-edit:toyworld-sd`` keeps the class region by default, and on renders that region covers the object.
+
+    The object's pixels are those a background change leaves alone (the same scene rendered on grass and on snow).
+    Measured on 24 renders of 4 classes: the region holds 96% of object pixels and 29% of background pixels; the
+    bounds leave a wide margin."""
+    import dataclasses
+
+    from sleuth.tools.backends.sd_edit.ddim import encode_image
+    from sleuth.tools.backends.sd_edit.regions import class_region
+    from sleuth.tools.backends.specs import BackendSpecs
+    from sleuth.tools.backends.toyworld.parser import ParsedPrompt, sample_scenes
+    from sleuth.tools.backends.toyworld.render import Renderer
+
+    editor = BackendSpecs(editor="sd-edit:toyworld-sd").build_parts()["editor"]
+    assert editor.settings.keep == "class"
+    assert BackendSpecs(editor="sd-edit:toyworld-sd,keep=none").build_parts()["editor"].settings.keep == "none"
+    renderer = Renderer(world, 64)
+    on_object, on_background = [], []
+    for label in ("cat", "dog", "goldfish", "bee"):
+        scene = sample_scenes(ParsedPrompt({"background": ["grass"]}, [], label), [0], world)[0]
+        grass, snow = renderer.render([scene, dataclasses.replace(scene, background="snow")])
+        obj = np.abs(grass.astype(int) - snow.astype(int)).sum(-1) == 0
+        z0 = encode_image(editor.pipe, grass, (64, 64))
+        region = class_region(editor.pipe, z0, f"a realistic photograph of a {label} on the grass", label, 7.5)
+        assert region is not None
+        up = np.kron(region[0, 0].numpy(), np.ones((4, 4))) > 0
+        on_object.append(up[obj].mean())
+        on_background.append(up[~obj].mean())
+    assert np.mean(on_object) > 0.7 and np.mean(on_background) < 0.5
+    assert np.mean(on_object) - np.mean(on_background) > 0.3
+
+
+def test_weights_fingerprint_follows_contents_not_copies(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A model's tag (in backend ids, cache keys and transcripts) is the same in every copy of the same weights, so
+    a run on the packaged models replays on another machine, and changes when any byte of a small file does."""
+    import os
+    import shutil
+
+    from sleuth.tools.backends import loading
+
+    folder = packaged("toyworld-clip")
+    assert folder is not None
+    copy = tmp_path / "copy"
+    shutil.copytree(folder, copy)
+    for f in copy.rglob("*"):
+        os.utime(f, (1, 1))
+    assert loading.fingerprint(copy) == loading.fingerprint(folder)
+    config = copy / "config.json"
+    config.write_text(config.read_text().replace("}", " }", 1))
+    assert loading.fingerprint(copy) != loading.fingerprint(folder)
+    # Large files: their ends are read, not their middles.
+    monkeypatch.setattr(loading, "FINGERPRINT_WHOLE", 100)
+    monkeypatch.setattr(loading, "FINGERPRINT_ENDS", 10)
+    big = tmp_path / "big.bin"
+    big.write_bytes(bytes(1000))
+    tag = loading.fingerprint(big)
+    big.write_bytes(bytes(500) + b"x" + bytes(499))
+    assert loading.fingerprint(big) == tag
+    big.write_bytes(b"x" + bytes(999))
+    assert loading.fingerprint(big) != tag

@@ -75,11 +75,19 @@ def resolve_hub_file(repo_id: str, filenames: Sequence[str], *, what: str) -> Pa
                        f"{fetch_hint(repo_id)}")
 
 
+FINGERPRINT_WHOLE = 64 << 20
+"""Files up to this size (64 MiB: every packaged model's) are fingerprinted on their whole contents."""
+FINGERPRINT_ENDS = 1 << 20
+"""Of larger files, this many bytes at each end."""
+
+
 def fingerprint(path: Path) -> str:
     """A short tag that changes when the weights at ``path`` change, for cache keys and run records.
 
     A Hugging Face cache snapshot is named by its commit, which is used as is; a local file or folder is hashed on
-    its files' names, sizes and modification times (cheap: the weights themselves are not read).
+    its files' names, sizes and contents: whole files up to ``FINGERPRINT_WHOLE`` bytes, the first and last
+    ``FINGERPRINT_ENDS`` bytes of larger ones (a safetensors file opens with its tensors' header). The same weights
+    have the same tag on every machine and in every copy, so a run on them replays anywhere.
     """
     path = path.resolve()
     if path.parent.name == "snapshots" and re.fullmatch(r"[0-9a-f]{40}", path.name):
@@ -87,8 +95,15 @@ def fingerprint(path: Path) -> str:
     files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
     h = hashlib.sha256()
     for f in files:
-        st = f.stat()
-        h.update(f"{f.relative_to(path) if f != path else f.name}|{st.st_size}|{st.st_mtime_ns}\n".encode())
+        size = f.stat().st_size
+        h.update(f"{f.relative_to(path).as_posix() if f != path else f.name}|{size}|".encode())
+        with f.open("rb") as fh:
+            if size <= FINGERPRINT_WHOLE:
+                h.update(hashlib.sha256(fh.read()).digest())
+            else:
+                head = fh.read(FINGERPRINT_ENDS)
+                fh.seek(size - FINGERPRINT_ENDS)
+                h.update(hashlib.sha256(head + fh.read(FINGERPRINT_ENDS)).digest())
     return h.hexdigest()[:12]
 
 

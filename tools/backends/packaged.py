@@ -16,6 +16,10 @@ PACKAGED = {"toyworld-clip": "config.json", "toyworld-sd": "model_index.json"}
 GENERATOR_DEFAULTS: dict[str, dict[str, float]] = {"toyworld-sd": {"steps": 25, "guidance": 7.5, "batch": 64}}
 """Generator settings a packaged model is measured with, used unless the spec sets them (``diffusers:toyworld-sd,
 steps=50``): a 64 px model runs whole batches where Stable Diffusion's defaults assume 512 px."""
+EDITOR_DEFAULTS: dict[str, dict[str, str]] = {"toyworld-sd": {"keep": "class"}}
+"""Editor options a packaged model is used with unless the spec sets them (``sd-edit:toyworld-sd,keep=none``):
+toyworld-sd's cross-attention is nearly uniform (its text also enters through a pooled embedding), so the changed
+words' maps cannot confine an edit and the class region is kept instead (``sd_edit.regions``)."""
 
 
 def packaged(ref: str) -> Path | None:

@@ -195,7 +195,11 @@ def _editor(spec: Spec, device: str, dtype: str | None, parts: Mapping[str, Any]
         _load(model, load)
         return model
 
-    editor = editor_from_options(_need(spec, "sd-edit:PATH_OR_ID"), spec.options, device=device, dtype=dtype,
+    from sleuth.tools.backends.packaged import EDITOR_DEFAULTS
+
+    model = _need(spec, "sd-edit:PATH_OR_ID")
+    options = {**EDITOR_DEFAULTS.get(model, {}), **spec.options}
+    editor = editor_from_options(model, options, device=device, dtype=dtype,
                                  class_names=list(parts["classifier"].labels.labels), make_scorer=clip)
     _load(editor, load)
     return editor

@@ -22,7 +22,7 @@ INVERSION = {"steps": "steps", "guidance": "guidance", "null_steps": "null_steps
              "null_tol": "null_tol"}
 EDITING = {"cross": "cross_steps", "self": "self_steps", "mode": "mode", "weight": "edit_word_weight",
            "blend": "local_blend", "blend_threshold": "blend_threshold", "blend_start": "blend_start",
-           "self_max_tokens": "self_max_tokens", "rows": "max_rows"}
+           "self_max_tokens": "self_max_tokens", "rows": "max_rows", "keep": "keep"}
 THRESHOLDS = {"image_image": "image_image", "image_text": "image_text", "directional": "directional",
               "class_word": "class_word"}
 OTHER = {"device", "dtype", "size", "cache", "cache_items", "clip", "inversion_cost", "edit_cost", "pairs"}

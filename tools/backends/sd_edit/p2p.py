@@ -9,7 +9,8 @@ In the conditional half of the batch, each target row's attention is overridden 
 - re-weighting scales chosen target tokens' maps (LANCE weights the new words x2);
 - self-attention (image -> image), for the first ``self`` fraction of the steps, in layers up to a size;
 - local blending (optional): after each step from ``blend_start`` on, a target row keeps the source latent
-  outside the region the changed words attend to (their maps summed over every step so far).
+  outside the region the changed words attend to (their maps summed over every step so far), and inside a fixed
+  region to keep (the class, ``regions.class_region``) when one is given.
 
 Attention probabilities are computed explicitly only in calls that edit or record them; others run the
 layer's own (fused) processor. Of the maps, only the changed words' running sum is kept.
@@ -168,11 +169,13 @@ class LocalBlend:
     """
 
     def __init__(self, source_tokens: Sequence[int], target_tokens: Sequence[int], *, threshold: float = 0.3,
-                 start: int = 0) -> None:
+                 start: int = 0, keep: Any = None) -> None:
         self.source_tokens = list(source_tokens)
         self.target_tokens = list(target_tokens)
         self.threshold = threshold
         self.start = start
+        self.keep = keep
+        """``(1, 1, h, w)`` latent mask (1: keep the source) applied whatever the words' maps say; None: none."""
         self.sums: dict[int, Any] = {}
         """Query length -> ``(rows, q)`` sum of the words' maps over layers of that size and steps so far."""
         self.last_mask: Any = None
@@ -193,7 +196,7 @@ class LocalBlend:
 
     def after_step(self, step: int, x: Any) -> Any:
         """``x`` blended from step ``start`` on (earlier steps: unchanged)."""
-        if step < self.start or not self.sums:
+        if step < self.start or (not self.sums and self.keep is None):
             return x
         return self.apply(x)
 
@@ -202,15 +205,20 @@ class LocalBlend:
         import torch.nn.functional as F
 
         h, w = x.shape[-2:]
-        # Hertz et al. blend from the maps at a quarter of the latent side: coarse, so the mask is a region.
-        q = min(self.sums, key=lambda n: (abs(math.log(n / max(h * w / 16, 1))), -n))
-        f = math.sqrt(h * w / q)
-        m = self.sums[q].reshape(x.shape[0], 1, round(h / f), round(w / f))
-        m = F.max_pool2d(m, 3, stride=1, padding=1)
-        m = F.interpolate(m, size=(h, w), mode="nearest")
-        m = m / m.amax(dim=(2, 3), keepdim=True).clamp_min(1e-12)
-        mask = m > self.threshold
-        mask = (mask[1:] | mask[:1]).to(x.dtype)
+        if self.sums:
+            # Hertz et al. blend from the maps at a quarter of the latent side: coarse, so the mask is a region.
+            q = min(self.sums, key=lambda n: (abs(math.log(n / max(h * w / 16, 1))), -n))
+            f = math.sqrt(h * w / q)
+            m = self.sums[q].reshape(x.shape[0], 1, round(h / f), round(w / f))
+            m = F.max_pool2d(m, 3, stride=1, padding=1)
+            m = F.interpolate(m, size=(h, w), mode="nearest")
+            m = m / m.amax(dim=(2, 3), keepdim=True).clamp_min(1e-12)
+            words = m > self.threshold
+            mask = (words[1:] | words[:1]).to(x.dtype)
+        else:
+            mask = torch.ones((x.shape[0] - 1, 1, h, w), dtype=x.dtype, device=x.device)
+        if self.keep is not None:
+            mask = mask * (1 - self.keep.to(device=x.device, dtype=x.dtype))
         self.last_mask = mask
         return torch.cat([x[:1], x[:1] + mask * (x[1:] - x[:1])])
 
