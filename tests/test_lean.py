@@ -127,3 +127,18 @@ def test_one_finding_per_failure_mode(tmp_path):
     confirms = [e for e in events
                 if e.kind == "tool_called" and e.name == "measure_rate" and e.arguments.get("confirm")]
     assert len(confirms) == 1
+
+
+def test_the_summary_names_what_the_screen_singled_out_but_never_tested(tmp_path, monkeypatch):
+    """A run that stops before testing a candidate the screen singled out says which, with its screen."""
+    import sleuth.agent.planners.lean as lean
+
+    monkeypatch.setattr(lean, "MAX_CONFIRMATIONS", 0)  # stops as soon as the screen has singled anything out
+    session, result, events = run(tmp_path, LeanPlanner("cat", CAT, budget=20_000))
+    final = [e for e in events if e.kind == "planner_turn"][-1].reasoning
+    assert session.investigation.tests == []
+    assert ("Singled out by the screen but not tested before the stop: 1 ('a realistic photograph of a cat. it is "
+            "in the snow.' 7/12)") in final
+    # Surest first, at most five named.
+    cands = [lean.Candidate(f"c{i}", "caption", k=i, n=12) for i in range(8)]
+    assert lean._named(cands, 0.05) == " ('c7' 7/12, 'c6' 6/12, 'c5' 5/12, 'c4' 4/12, 'c3' 3/12, and 3 more)"

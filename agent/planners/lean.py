@@ -134,6 +134,18 @@ class Candidate:
         return sum(self.n >= r for r in LADDER)
 
 
+NAMED = 5
+"""Untested candidates a run's summary names (surest first); the rest are counted."""
+
+
+def _named(cands: list[Candidate], p0: float) -> str:
+    """`` ('a' 12/12, 'b' 11/12, and 3 more)``: the surest of ``cands`` with their screens."""
+    best = sorted(cands, key=lambda c: (-score(c.k, c.n, p0), c.caption))
+    names = ", ".join(f"{c.caption!r} {c.k}/{c.n}" for c in best[:NAMED])
+    more = f", and {len(best) - NAMED} more" if len(best) > NAMED else ""
+    return f" ({names}{more})"
+
+
 @dataclass
 class Supported:
     candidate: Candidate
@@ -417,6 +429,7 @@ class LeanPlanner(ScriptPlanner):
 
         findings.sort(key=lambda x: -x.low)
         counts = Counter(c.state for c in cands)
+        untested = [c for c in cands if c.state == "test"]
         text = (f"Baseline for {self.label}: {pct(s.failures)}. {len(cands)} candidates screened on "
                 f"{screened_images} images; {counts['tested']} tested, {len(supported)} supported. "
                 + (("Confirmed findings, surest effect first: "
@@ -424,8 +437,10 @@ class LeanPlanner(ScriptPlanner):
                                 for f in findings) + ". ") if findings else "No finding was confirmed. ")
                 + (("Supported but not confirmed again, the failure mode of a finding already confirmed: "
                     + "; ".join(repr(r.candidate.caption) for r in repeats) + ". ") if repeats else "")
-                + (f"Not tested, as their screens fail the way a confirmed finding does: {len(skipped)}. "
-                   if skipped else "")
+                + (f"Not tested, as their screens fail the way a confirmed finding does: {len(skipped)}"
+                   + _named(skipped, p0) + ". " if skipped else "")
+                + (f"Singled out by the screen but not tested before the stop: {len(untested)}"
+                   + _named(untested, p0) + ". " if untested else "")
                 + f"Stopped: {stop}")
         yield self.finish(text)
 
