@@ -1,7 +1,7 @@
 """Train toyworld-clip and toyworld-sd from the default world's renders, on CPU, with fixed seeds.
 
     python scripts/train_toyworld_sd.py [--out DIR] [--seed 0] [--threads 2] [--clip-steps N] [--vae-steps N]
-                                        [--unet-steps N]
+                                        [--unet-steps N] [--offset-steps N] [--resume DIR]
 
 Writes ``DIR/toyworld-clip`` (a transformers CLIPModel folder) and ``DIR/toyworld-sd`` (a diffusers
 StableDiffusionPipeline folder), each with ``training.json`` (settings, seconds, versions). The default ``DIR`` is
@@ -36,6 +36,9 @@ def parse(argv: list[str] | None = None) -> tuple[argparse.Namespace, Any]:
     p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     p.add_argument("--out", type=Path, default=WEIGHTS, help=f"output folder (default {WEIGHTS})")
     p.add_argument("--world", help="world config (default: the embedded default world)")
+    p.add_argument("--resume", type=Path, metavar="DIR",
+                   help="take the tokenizer, toyworld-clip, the autoencoder and the UNet from an earlier run's DIR "
+                        "(trained without the offset stage, with the same settings) and train only the offset stage")
     for name, value in defaults.model_dump().items():
         flag = f"--{name.replace('_', '-')}"
         if isinstance(value, tuple):
@@ -65,8 +68,14 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     with ProgressBars(console, enabled=not args.quiet and sys.stderr.isatty()) as bars:
         log = (lambda _m: None) if args.quiet else (lambda m: console.log(m))
-        record = Trainer(world, settings, progress=bars.update, log=log).run(args.out)
+        try:
+            record = Trainer(world, settings, progress=bars.update, log=log).run(args.out, resume=args.resume)
+        except ValueError as e:
+            console.print(f"[red]error:[/] {e}")
+            return 2
     record["seconds"]["total"] = time.perf_counter() - start
+    if "resumed" in record:  # the whole training: the earlier run's stages and this one
+        record["seconds"]["total"] += record["resumed"]["seconds"].get("total", 0.0)
     import diffusers
     import transformers
 

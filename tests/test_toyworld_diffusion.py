@@ -3,6 +3,7 @@ folders they write loading through sleuth's real-model specs (diffusers generato
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,8 @@ from sleuth.tools.backends.toyworld.diffusion.tokenizer import learn_bpe, words
 
 TINY = {"seed": 3, "tokenizer_texts": 2000, "clip_steps": 2, "clip_batch": 8, "vae_steps": 2, "vae_batch": 2,
         "unet_steps": 3, "unet_batch": 2, "text_width": 32, "vision_width": 32, "clip_layers": 1,
-        "vae_channels": (8, 16, 16), "vae_groups": 8, "unet_channels": (16, 32, 32), "unet_groups": 8}
+        "vae_channels": (8, 16, 16), "vae_groups": 8, "unet_channels": (16, 32, 32), "unet_groups": 8,
+        "offset_steps": 2, "offset_lr": 0.05}
 
 
 @pytest.fixture(scope="module")
@@ -142,8 +144,10 @@ def test_training_writes_standard_folders(trained: tuple[Path, dict[str, Any]]) 
     from transformers import CLIPModel, CLIPTextModel
 
     out, record = trained
-    assert set(record["seconds"]) == {"clip", "vae", "unet"}
+    assert set(record["seconds"]) == {"clip", "vae", "unet", "offset"}
     assert ("training the UNet", 3, 3) in record["progress"]
+    assert record["progress"][-1] == ("fine-tuning the UNet with offset noise", 2, 2)
+    assert json.loads((out / "toyworld-sd" / "training.json").read_text())["settings"]["offset_steps"] == 2
     pipe = StableDiffusionPipeline.from_pretrained(out / "toyworld-sd", local_files_only=True)
     assert pipe.vae_scale_factor == 4 and pipe.unet.config.sample_size == 16
     # Eight latent channels end to end, and the UNet's second, pooled route to the text.
@@ -161,6 +165,40 @@ def test_training_writes_standard_folders(trained: tuple[Path, dict[str, Any]]) 
     images = pipe(["a photo of a cat"], num_inference_steps=2, output_type="np",
                   generator=torch.Generator().manual_seed(0)).images
     assert images.shape == (1, 64, 64, 3)
+
+
+def test_resume_trains_only_the_offset_stage(trained: tuple[Path, dict[str, Any]], world: Any,
+                                             tmp_path: Path) -> None:
+    """A run resumed from an earlier run without the offset stage trains only that stage, and gives the UNet a
+    full run gives (same machine, so within float noise); a resume that would mix settings is refused."""
+    from diffusers import UNet2DConditionModel
+
+    from sleuth.tools.backends.toyworld.diffusion.train import Trainer, TrainSettings
+
+    full, _ = trained
+    base, resumed = tmp_path / "base", tmp_path / "resumed"
+    Trainer(world, TrainSettings(**{**TINY, "offset_steps": 0})).run(base)
+    seen: list[tuple[str, int, int]] = []
+    record = Trainer(world, TrainSettings(**TINY), progress=lambda t, d, n: seen.append((t, d, n))).run(
+        resumed, resume=base)
+    assert {t for t, _, _ in seen} == {"fine-tuning the UNet with offset noise"}
+    assert set(record["seconds"]) == {"clip", "vae", "unet", "offset"} and record["resumed"]["from"] == str(base)
+    unets = [UNet2DConditionModel.from_pretrained(d / "toyworld-sd" / "unet", local_files_only=True)
+             for d in (base, resumed, full)]
+    before, after, reference = (dict(u.named_parameters()) for u in unets)
+    assert max((after[k] - reference[k]).abs().max().item() for k in after) < 1e-5
+    assert max((after[k] - before[k]).abs().max().item() for k in after) > 1e-4  # the stage changed the weights
+    # What was not retrained is the earlier run's files, byte for byte; the UNet's config names no local path.
+    for f in ("toyworld-clip/model.safetensors", "toyworld-clip/tokenizer_config.json", "toyworld-sd/vae/config.json",
+              "toyworld-sd/unet/config.json"):
+        assert (resumed / f).read_bytes() == (base / f).read_bytes(), f
+    with pytest.raises(ValueError, match="already had the offset stage"):
+        Trainer(world, TrainSettings(**TINY)).run(tmp_path / "again", resume=resumed)
+    with pytest.raises(ValueError, match=r"other settings \(unet_steps\)"):
+        Trainer(world, TrainSettings(**{**TINY, "unet_steps": 4})).run(tmp_path / "mixed", resume=base)
+    with pytest.raises(ValueError, match="no toyworld-sd/training.json"):
+        Trainer(world, TrainSettings(**TINY)).run(tmp_path / "x", resume=tmp_path / "nothing")
+    assert not (tmp_path / "mixed").exists()
 
 
 def test_specs_load_the_folders(trained: tuple[Path, dict[str, Any]], world: Any) -> None:
@@ -254,8 +292,9 @@ def test_the_packaged_models_draw_the_world(world: Any) -> None:
                                             list(range(len(labels))))]
     hits = sum(p == lab for p, lab in zip(_top1(ToyClassifier(world), images), labels, strict=True))
     assert hits >= 0.25 * len(labels), f"{hits}/{len(labels)}"
-    # The prompted background is drawn (grass, water, indoors: the captioner reads them in 14-16 of 16 images).
-    places = {"grass": "on the grass", "water": "in the water", "indoor": "indoors"}
+    # The prompted background is drawn (the captioner reads grass, water, indoors in 14-16 of 16 images, and snow,
+    # near white, which only the offset-noise stage lets the model draw, in 28 of 32).
+    places = {"grass": "on the grass", "water": "in the water", "indoor": "indoors", "snow": "in the snow"}
     captioner = ToyCaptioner(world)
     for bg, where in places.items():
         drawn = gen.generate([f"a realistic photograph of a dog {where}"] * 12, list(range(12)))

@@ -8,12 +8,19 @@ Three stages, each on fresh renders every step (counter-based, so step ``i`` alw
 3. **the UNet**: epsilon prediction on the scaled latents, conditioned on the frozen text tower's last hidden
    states, with Min-SNR-5 loss weights, 10% empty texts (for classifier-free guidance) and an exponential moving
    average of the weights, which is what is saved.
+4. **offset noise**: a short fine-tune of that average in which every image's noise has an added per-channel
+   constant (Guttenberg's offset noise). The standard noise schedule never destroys an image's mean colour, so
+   sampling from zero-mean noise draws mid-tone images; toyworld-sd drew snow grey (read as sky) until this stage.
+
+``Trainer.run(out, resume=folder)`` takes stages 1-3 from an earlier run's folders when that run's settings for
+them are the same, and trains only the offset stage.
 
 The same seed and thread count give the same weights on the same machine; another CPU may round differently.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import shutil
 import time
@@ -64,6 +71,18 @@ class TrainSettings(BaseModel):
     unet_channels: tuple[int, ...] = (64, 96, 128)
     unet_groups: int = 32
     unet_pooled_text: bool = Field(default=True, description="Also condition the ResNet blocks on pooled text.")
+    offset_steps: int = Field(default=500, ge=0, description="Offset-noise fine-tune steps after the UNet stage.")
+    offset_lr: float = 2e-4
+    noise_offset: float = Field(default=0.1, ge=0, description="Std of the per-image, per-channel noise offset.")
+    offset_ema_decay: float = 0.99
+
+    def base(self) -> dict[str, Any]:
+        """The settings that decide stages 1-3 (everything but the offset stage's)."""
+        return {k: v for k, v in self.model_dump().items()
+                if k not in OFFSET_SETTINGS and k != "threads"}
+
+
+OFFSET_SETTINGS = ("offset_steps", "offset_lr", "noise_offset", "offset_ema_decay")
 
 
 @contextmanager
@@ -197,26 +216,43 @@ class Trainer:
         s = self.settings
         torch.manual_seed(s.seed + 2)
         unet = models.unet(s.unet_channels, s.text_width, s.unet_groups, s.vae_latent_channels, s.unet_pooled_text)
+        return self._denoise(unet, text_encoder, tokenizer, vae, stage=3, steps=s.unet_steps, lr=s.unet_lr,
+                             offset=0.0, ema_decay=s.ema_decay, task="training the UNet", key="unet")
+
+    def tune_offset(self, unet: Any, text_encoder: Any, tokenizer: Any, vae: Any) -> Any:
+        s = self.settings
+        if s.offset_steps == 0:
+            return unet
+        return self._denoise(unet, text_encoder, tokenizer, vae, stage=4, steps=s.offset_steps, lr=s.offset_lr,
+                             offset=s.noise_offset, ema_decay=s.offset_ema_decay,
+                             task="fine-tuning the UNet with offset noise", key="offset")
+
+    def _denoise(self, unet: Any, text_encoder: Any, tokenizer: Any, vae: Any, *, stage: int, steps: int,
+                 lr: float, offset: float, ema_decay: float, task: str, key: str) -> Any:
+        """Epsilon-prediction training of ``unet`` (Min-SNR weights); the moving average is what is returned."""
+        s = self.settings
         ema = [p.detach().clone() for p in unet.parameters()]
         unet.train()
         noise_schedule = models.scheduler()
         alphas = noise_schedule.alphas_cumprod
         snr = alphas / (1 - alphas)
         weights = torch.clamp(snr, max=s.min_snr_gamma) / snr
-        opt, sched = _optimizer(unet.parameters(), s.unet_lr, s.unet_steps)
-        data = self._data(3)
-        gen = torch.Generator().manual_seed(s.seed + 3)
+        opt, sched = _optimizer(unet.parameters(), lr, steps)
+        data = self._data(stage)
+        gen = torch.Generator().manual_seed(s.seed + stage)
         scale = vae.config.scaling_factor
         start = time.perf_counter()
         text_encoder.eval()
         vae.eval()
         with _threads(s.threads):
-            for step in range(s.unet_steps):
+            for step in range(steps):
                 batch = data.batch(step * s.unet_batch, s.unet_batch)
                 with torch.no_grad():
                     latents = vae.encode(to_unit(batch.images)).latent_dist.sample(gen) * scale
                     cond = text_encoder(self.tokens(tokenizer, batch.texts))[0]
                 noise = torch.randn(latents.shape, generator=gen)
+                if offset:
+                    noise = noise + offset * torch.randn(latents.shape[:2] + (1, 1), generator=gen)
                 t = torch.randint(0, len(alphas), (len(latents),), generator=gen)
                 noisy = noise_schedule.add_noise(latents, noise, t)
                 pred = unet(noisy, t, cond).sample
@@ -227,43 +263,96 @@ class Trainer:
                 torch.nn.utils.clip_grad_norm_(unet.parameters(), 1.0)
                 opt.step()
                 sched.step()
-                decay = min(s.ema_decay, (1 + step) / (10 + step))
+                decay = min(ema_decay, (1 + step) / (10 + step))
                 with torch.no_grad():
                     for e, p in zip(ema, unet.parameters(), strict=True):
                         e.mul_(decay).add_(p.detach(), alpha=1 - decay)
-                if step % 100 == 0 or step == s.unet_steps - 1:
-                    self.log(f"unet step {step}: loss {loss.item():.4f}")
-                self._tell("training the UNet", step + 1, s.unet_steps)
+                if step % 100 == 0 or step == steps - 1:
+                    self.log(f"{key} step {step}: loss {loss.item():.4f}")
+                self._tell(task, step + 1, steps)
         with torch.no_grad():
             for e, p in zip(ema, unet.parameters(), strict=True):
                 p.copy_(e)
-        self.seconds["unet"] = time.perf_counter() - start
+        self.seconds[key] = time.perf_counter() - start
         return unet.eval()
 
-    def run(self, out: Path) -> dict[str, Any]:
-        """Train all three and write ``out/toyworld-clip`` and ``out/toyworld-sd``; returns the training record."""
+    def resumed(self, folder: Path) -> tuple[Any, Any, Any, Any, Any, dict[str, Any]]:
+        """Stages 1-3 from an earlier run's ``folder`` (with ``toyworld-clip`` and ``toyworld-sd``), refused unless
+        its recorded settings for them are these settings'."""
+        from diffusers import StableDiffusionPipeline
+        from transformers import CLIPModel
+
+        record_file = folder / "toyworld-sd" / "training.json"
+        if not record_file.is_file():
+            raise ValueError(f"cannot resume from {folder}: no toyworld-sd/training.json there")
+        record = json.loads(record_file.read_text())
+        theirs = TrainSettings(**{k: v for k, v in record["settings"].items() if k not in OFFSET_SETTINGS})
+        if record.get("settings", {}).get("offset_steps"):
+            raise ValueError(f"cannot resume from {folder}: its UNet already had the offset stage")
+        ours = TrainSettings(**{k: v for k, v in self.settings.model_dump().items() if k not in OFFSET_SETTINGS})
+        diff = sorted(k for k, v in ours.base().items() if theirs.base()[k] != v)
+        if diff:
+            raise ValueError(f"cannot resume from {folder}: its stages 1-3 used other settings ({', '.join(diff)})")
+        if record.get("config_hash") != self.world.config_hash():
+            raise ValueError(f"cannot resume from {folder}: it was trained on another world")
+        pipe: Any = StableDiffusionPipeline.from_pretrained(folder / "toyworld-sd", local_files_only=True)
+        clip = CLIPModel.from_pretrained(folder / "toyworld-clip", local_files_only=True).eval()
+        self.seconds.update({k: v for k, v in record["seconds"].items() if k in ("clip", "vae", "unet")})
+        return pipe.tokenizer, clip, pipe.vae.eval(), pipe.text_encoder.eval(), pipe.unet.eval(), record
+
+    def run(self, out: Path, resume: Path | None = None) -> dict[str, Any]:
+        """Train the stages and write ``out/toyworld-clip`` and ``out/toyworld-sd``; returns the training record.
+        With ``resume``, stages 1-3 come from that earlier run's folders (see ``resumed``)."""
         from diffusers import StableDiffusionPipeline
         from transformers import CLIPTextModel
 
-        tokenizer = self.tokenizer()
-        clip = self.train_clip(tokenizer)
-        vae = self.train_vae()
-        text_encoder = CLIPTextModel(clip.config.text_config)
-        target = getattr(text_encoder, "text_model", text_encoder)  # transformers < 5 wraps the tower
-        target.load_state_dict(clip.text_model.state_dict())
-        text_encoder.eval()
-        unet = self.train_unet(text_encoder, tokenizer, vae)
-        clip_dir, sd_dir = out / "toyworld-clip", out / "toyworld-sd"
-        for d in (clip_dir, sd_dir):
-            if d.exists():
-                shutil.rmtree(d)
-        clip.save_pretrained(clip_dir, safe_serialization=True)
-        tokenizer.save_pretrained(clip_dir)
-        models.image_processor().save_pretrained(clip_dir)
+        extra: dict[str, Any] = {}
+        if resume is not None:
+            tokenizer, clip, vae, text_encoder, unet, before = self.resumed(resume)
+            extra["resumed"] = {"from": str(resume), "seconds": before["seconds"]}
+        else:
+            tokenizer = self.tokenizer()
+            clip = self.train_clip(tokenizer)
+            vae = self.train_vae()
+            text_encoder = CLIPTextModel(clip.config.text_config)
+            target = getattr(text_encoder, "text_model", text_encoder)  # transformers < 5 wraps the tower
+            target.load_state_dict(clip.text_model.state_dict())
+            text_encoder.eval()
+            unet = self.train_unet(text_encoder, tokenizer, vae)
+        unet = self.tune_offset(unet, text_encoder, tokenizer, vae)
+        # Written beside the old folders first, then swapped in: an interrupted save (or a resume from ``out``
+        # itself) never leaves half a model.
+        out.mkdir(parents=True, exist_ok=True)
+        staging = out / ".training"
+        if staging.exists():
+            shutil.rmtree(staging)
+        clip.save_pretrained(staging / "toyworld-clip", safe_serialization=True)
+        tokenizer.save_pretrained(staging / "toyworld-clip")
+        models.image_processor().save_pretrained(staging / "toyworld-clip")
         pipe: Any = StableDiffusionPipeline(vae=vae, text_encoder=text_encoder, tokenizer=tokenizer, unet=unet,
                                             scheduler=models.scheduler(), safety_checker=None,
                                             feature_extractor=None, requires_safety_checker=False)
-        pipe.save_pretrained(sd_dir, safe_serialization=True)
-        return {"world": self.world.name, "config_hash": self.world.config_hash(),
-                "settings": self.settings.model_dump(), "seconds": dict(self.seconds),
-                "threads": self.settings.threads}
+        pipe.save_pretrained(staging / "toyworld-sd", safe_serialization=True)
+        if resume is not None:  # what was not retrained is the earlier run's files, byte for byte
+            shutil.rmtree(staging / "toyworld-clip")
+            shutil.copytree(resume / "toyworld-clip", staging / "toyworld-clip")
+            for part in (resume / "toyworld-sd").iterdir():
+                if part.name not in ("unet", "training.json"):
+                    dest = staging / "toyworld-sd" / part.name
+                    shutil.rmtree(dest) if dest.is_dir() else dest.unlink(missing_ok=True)
+                    (shutil.copytree if part.is_dir() else shutil.copy2)(part, dest)
+            config = staging / "toyworld-sd" / "unet" / "config.json"
+            unet_config = json.loads(config.read_text())
+            unet_config.pop("_name_or_path", None)
+            config.write_text(json.dumps(unet_config, indent=2, sort_keys=True) + "\n")
+        for name in ("toyworld-clip", "toyworld-sd"):
+            if (out / name).exists():
+                shutil.rmtree(out / name)
+            (staging / name).rename(out / name)
+        staging.rmdir()
+        record = {"world": self.world.name, "config_hash": self.world.config_hash(),
+                  "settings": self.settings.model_dump(), "seconds": dict(self.seconds),
+                  "threads": self.settings.threads, **extra}
+        for name in ("toyworld-clip", "toyworld-sd"):
+            (out / name / "training.json").write_text(json.dumps(record, indent=2) + "\n")
+        return record
