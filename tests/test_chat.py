@@ -112,6 +112,17 @@ def test_slash_commands_drive_the_tools_and_land_in_the_transcript(tmp_path):
     assert "1 confirmed finding" in screen and "No LLM is configured" in screen and "unknown command /bogus" in screen
 
 
+def test_record_cites_a_counterfactual_test_when_given_one(tmp_path):
+    h = Harness(tmp_path)
+    h.type(f"/measure n=200 target=snow_leopard {SNOW}", f"/measure n=200 confirm {SNOW}",
+           f"/measure counterfactual n=20 {SNOW}", "/record t1 t2 t3 cats in snow pass for snow leopards",
+           "/record t1 t2 t1 not a counterfactual test, so part of the summary")
+    calls = [e for e in read_transcript(h.session.transcript) if isinstance(e, ToolCalled)]
+    records = [c.arguments for c in calls if c.name == "record_finding"]
+    assert records[0]["counterfactual_test"] == "t3" and records[0]["summary"] == "cats in snow pass for snow leopards"
+    assert "counterfactual_test" not in records[1] and records[1]["summary"].startswith("t1 not a counterfactual")
+
+
 def test_auto_hands_over_to_the_protocol_planner_and_the_chat_goes_on(tmp_path):
     h = Harness(tmp_path)
     h.type("/auto", "/generate n=20")

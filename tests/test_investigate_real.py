@@ -68,7 +68,8 @@ def test_investigate_on_tiny_real_models(models: dict[str, str], tmp_path: Path,
     # The real backends, with what changes their outputs, are on record.
     ids = started.backends
     pipe = models["generator"].split(",")[0].removeprefix("diffusers:")
-    assert ids["generator"].startswith(f"diffusers:{pipe}@") and ":steps=1:cfg=0:size=32x32:" in ids["generator"]
+    assert ids["generator"].startswith(f"diffusers:{pipe}@")
+    assert ":steps=1:cfg=0:noise=np64:size=32x32:" in ids["generator"]
     assert ":token=tabby cat=tabby.bin@" in ids["generator"]
     assert f":checks=open_clip:{models['embedder'].removeprefix('open_clip:')}:folder@" in ids["generator"]
     assert ids["generator"].endswith(":top1000:shift-1")

@@ -42,6 +42,26 @@ def test_same_image_whatever_the_batch_size(saved_pipeline: Path) -> None:
     assert np.array_equal(again, a[0].image)
 
 
+def test_seeds_differing_above_32_bits_draw_different_images(saved_pipeline: Path) -> None:
+    """Confirmation seeds sit 2**40 above discovery seeds; torch's CPU generator keeps only a seed's low 32 bits,
+    so the initial noise must come from the whole seed or confirmation would re-run discovery's images."""
+    from sleuth.tools.backends.diffusers_generator import initial_latents, seed32
+
+    gen = DiffusersGenerator(str(saved_pipeline), num_inference_steps=2, height=32, width=32, batch_size=4)
+    low = gen.generate(PROMPTS[:2], [11, 12])
+    high = gen.generate(PROMPTS[:2], [11 + 2**40, 12 + 2**40])
+    for a, b in zip(low, high):
+        assert np.abs(a.image.astype(int) - b.image.astype(int)).mean() > 1
+    latents = initial_latents(gen.pipe, [11, 11 + 2**40], 32, 32)
+    factor = gen.pipe.vae_scale_factor
+    assert tuple(latents.shape) == (2, gen.pipe.unet.config.in_channels, 32 // factor, 32 // factor)
+    expected = np.random.default_rng(11).standard_normal(tuple(latents.shape[1:]), dtype=np.float32)
+    assert np.allclose(latents[0].numpy(), expected, atol=1e-6)
+    assert float((latents[0] - latents[1]).abs().mean()) > 0.5
+    assert seed32(11) != seed32(11 + 2**40) and 0 <= seed32(2**64 + 5) < 2**32
+    assert ":noise=np64" in gen.id
+
+
 class FlagSecond:
     """A stand-in safety checker: blacks out and flags the second image of every call."""
 
@@ -102,7 +122,7 @@ def test_generator_spec_and_real_editor(saved_pipeline: Path, fake_toyworld: lis
     assert isinstance(gen, DiffusersGenerator)
     assert (gen.num_inference_steps, gen.guidance_scale, gen.height, gen.batch_size) == (1, 0.0, 32, 2)
     assert gen.negative_prompt == "blurry" and gen._pipe is None  # loads on first use
-    assert gen.id.startswith(f"diffusers:{saved_pipeline}@") and ":steps=1:cfg=0:size=32x32:" in gen.id
+    assert gen.id.startswith(f"diffusers:{saved_pipeline}@") and ":steps=1:cfg=0:noise=np64:size=32x32:" in gen.id
     assert isinstance(b["editor"], UnavailableEditor)
     with pytest.raises(BackendError, match="sd-edit:PATH"):
         make_backends(generator=f"diffusers:{saved_pipeline},steps=1").editor.edit(None, "a", "b")  # type: ignore

@@ -32,7 +32,8 @@ HELP: list[tuple[str, str]] = [
                                                    "TARGET CAPTION; paired before/after predictions"),
     ("/measure [n=800] [target=LABEL] [confirm] [counterfactual] CAPTION", "failure rate of a hypothesis vs the "
                                                                           "baseline: ratio, adjusted p, verdict"),
-    ("/record DISCOVERY_TEST CONFIRMATION_TEST [SUMMARY]", "record a confirmed finding (e.g. /record t1 t3)"),
+    ("/record DISCOVERY_TEST CONFIRMATION_TEST [COUNTERFACTUAL_TEST] [SUMMARY]",
+     "record a confirmed finding (e.g. /record t1 t3, or /record t1 t3 t4 with a counterfactual test)"),
     ("/findings", "the findings and every hypothesis tested so far"),
     ("/auto", "hand over to the protocol planner until it finishes (Ctrl-C stops it)"),
     ("/help", "this list"),
@@ -183,12 +184,17 @@ def arguments(p: Parsed, events: Sequence[Event], class_prompt: str,
         _known(p, ())
         words = p.text.split(maxsplit=2)
         if len(words) < 2:
-            raise CommandError("usage: /record DISCOVERY_TEST CONFIRMATION_TEST [SUMMARY]  (e.g. /record t1 t3)")
+            raise CommandError("usage: /record DISCOVERY_TEST CONFIRMATION_TEST [COUNTERFACTUAL_TEST] [SUMMARY]  "
+                               "(e.g. /record t1 t3)")
         tests = {r.test_id: r for r in _results(events, measure_rate.Result)}
         if words[0] not in tests:
             raise CommandError(f"/record: no test {words[0]!r} (known: {', '.join(tests) or 'none yet'})")
-        return "record_finding", {"caption": tests[words[0]].caption, "discovery_test": words[0],
-                                  "confirmation_test": words[1], "summary": words[2] if len(words) > 2 else ""}
+        args = {"caption": tests[words[0]].caption, "discovery_test": words[0], "confirmation_test": words[1]}
+        rest = words[2] if len(words) > 2 else ""
+        first, _, after = rest.partition(" ")
+        if first in tests and tests[first].mode == "counterfactual":  # an optional counterfactual test id
+            args["counterfactual_test"], rest = first, after
+        return "record_finding", {**args, "summary": rest}
     raise CommandError(f"/{p.name} does not call a tool")
 
 

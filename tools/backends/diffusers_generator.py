@@ -1,7 +1,9 @@
 """Text-to-image generation with any diffusers pipeline (Stable Diffusion 1.x/2.x, SDXL, SD-Turbo, ...).
 
-Reproducibility: every image gets its own ``torch.Generator`` seeded with its seed, created on the CPU, so
-(prompt, seed) gives the same initial latents, hence the same image, whatever the batch size or device.
+Reproducibility: every image's initial latents are drawn on the CPU from its own NumPy generator seeded with its
+whole seed, so (prompt, seed) gives the same initial noise, hence the same image, whatever the batch size or
+device. Not from a ``torch.Generator``: torch's CPU generator keeps only the seed's low 32 bits, so seed s and
+s + 2**40 (a discovery seed and its confirmation twin) would draw the same image.
 Images a safety checker blacks out come back with ``valid=False``: unusable, not classifier failures.
 """
 
@@ -76,7 +78,8 @@ class DiffusersGenerator:
         """Everything that changes the images: the cache keys predictions by this id."""
         source = (f"{self.model}@{fingerprint(self._folder)}" if self._folder is not None
                   else type(pipeline).__name__)
-        parts = [f"diffusers:{source}", f"steps={self.num_inference_steps}", f"cfg={self.guidance_scale:g}"]
+        parts = [f"diffusers:{source}", f"steps={self.num_inference_steps}", f"cfg={self.guidance_scale:g}",
+                 f"noise={NOISE}"]
         if self.height is not None or self.width is not None:
             parts.append(f"size={self.height or 'auto'}x{self.width or 'auto'}")
         if self.negative_prompt:
@@ -135,15 +138,19 @@ class DiffusersGenerator:
         import torch
 
         pipe = self.pipe
-        # CPU generators: the initial noise is drawn on the CPU and moved, so it does not depend on the device.
-        generators = [torch.Generator("cpu").manual_seed(s) for s in seeds]
         kwargs: dict[str, Any] = {
             "prompt": [self.prompt_with_token(p) for p in prompts],
             "num_inference_steps": self.num_inference_steps,
             "guidance_scale": self.guidance_scale,
-            "generator": generators,
             "output_type": "np",
         }
+        latents = initial_latents(pipe, seeds, self.height, self.width)
+        if latents is not None:
+            kwargs["latents"] = latents
+        else:
+            # A pipeline that takes no latents of this shape: CPU torch generators on 32-bit digests of the
+            # whole seeds (two seeds share noise only by a digest collision).
+            kwargs["generator"] = [torch.Generator("cpu").manual_seed(seed32(s)) for s in seeds]
         if self.height is not None:
             kwargs["height"] = self.height
         if self.width is not None:
@@ -237,3 +244,33 @@ def _load_embedding(pipe: Any, state: dict[str, Any], token: str, path: Path) ->
     except ValueError as e:
         # Already in the vocabulary, or an embedding of another text encoder's width.
         raise BackendError(f"class token {path}: {str(e).splitlines()[0]}") from None
+
+
+NOISE = "np64"
+"""How initial latents are drawn from seeds (part of the generator's id): NumPy's default generator on the whole
+seed. Images made before, from torch generators on the seed's low 32 bits, are not reused from caches."""
+
+
+def seed32(seed: int) -> int:
+    """A 32-bit digest of a non-negative seed of any size (NumPy's SeedSequence mixes every bit)."""
+    return int(np.random.SeedSequence(seed).generate_state(1, np.uint32)[0])
+
+
+def initial_latents(pipe: Any, seeds: Sequence[int], height: int | None, width: int | None) -> Any:
+    """Standard-normal initial latents ``(len(seeds), C, H/f, W/f)`` for a UNet latent-diffusion pipeline, each
+    image's from ``numpy.random.default_rng(seed)`` on the CPU, in the UNet's dtype on the pipeline's device; the
+    pipeline scales them by its scheduler's initial sigma. ``None`` for a pipeline without a UNet, a VAE scale
+    factor or a ``latents`` argument."""
+    import torch
+
+    unet = getattr(pipe, "unet", None)
+    factor = getattr(pipe, "vae_scale_factor", None)
+    if unet is None or not factor or "latents" not in inspect.signature(pipe.__call__).parameters:
+        return None
+    size = unet.config.sample_size
+    default_h, default_w = (size, size) if isinstance(size, int) else (int(size[0]), int(size[1]))
+    h = height // factor if height else default_h
+    w = width // factor if width else default_w
+    shape = (int(unet.config.in_channels), h, w)
+    noise = np.stack([np.random.default_rng(int(s)).standard_normal(shape, dtype=np.float32) for s in seeds])
+    return torch.from_numpy(noise).to(device=pipe.device, dtype=unet.dtype)
