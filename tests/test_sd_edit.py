@@ -334,6 +334,35 @@ def test_second_edit_of_an_image_reuses_its_inversion(pipe: Any, image: np.ndarr
     assert editor.inversions_run == 2  # one pixel changed: another image, another inversion
 
 
+def test_a_sham_edit_is_the_reconstruction_and_costs_no_sampling(pipe: Any, image: np.ndarray) -> None:
+    from sleuth.tools.backends.sd_edit.ddim import decode_latents
+
+    editor = SDEditor(pipeline=pipe, inversion=FAST.model_copy(update={"null_steps": 5}), scorer=WordScorer(),
+                      class_names=["cat", "dog"], editing=EditSettings(self_steps=(0.4, 0.6, 0.8), keep="class"))
+    gen = Generation(image=image, prompt=SOURCE, seed=1)
+    inv, _ = editor.invert(image, SOURCE)
+    calls = []
+    hook = pipe.unet.register_forward_pre_hook(lambda *_: calls.append(1))
+    try:
+        sham = editor.edit(gen, SOURCE, " ".join(SOURCE.split()) + " ")
+    finally:
+        hook.remove()
+    # The null-text run ended at the reconstruction: the sham only decodes it.
+    assert calls == [] and sham.meta["inversion_cached"] is True and sham.meta["kept_region"] is None
+    assert np.array_equal(sham.image, decode_latents(pipe, inv.reconstruction)[0])
+    # It is what sampling from the inversion under the source caption gives, as the full edit path gave it.
+    sampled = decode_latents(pipe, reconstruct(pipe, inv))[0]
+    assert np.abs(sham.image.astype(int) - sampled.astype(int)).max() <= 2
+    assert sham.meta["reconstruction_mse"] == pytest.approx(inv.reconstruction_mse, rel=1e-6)
+    assert sham.meta["removed"] == [] and sham.meta["added"] == [] and len(sham.meta["sweep"]) == 1
+    # Without null-text optimisation nothing was sampled yet: the sham samples the reconstruction itself.
+    plain = SDEditor(pipeline=pipe, inversion=FAST.model_copy(update={"null_steps": 0}))
+    out = plain.edit(gen, SOURCE, SOURCE)
+    inv0, _ = plain.invert(image, SOURCE)
+    assert inv0.reconstruction is None
+    assert np.array_equal(out.image, decode_latents(pipe, reconstruct(pipe, inv0))[0])
+
+
 def test_inversions_persist_on_disk(inverted: Any, tmp_path: Path) -> None:
     from sleuth.tools.backends.sd_edit.cache import inversion_key
 
@@ -345,6 +374,7 @@ def test_inversions_persist_on_disk(inverted: Any, tmp_path: Path) -> None:
     assert again is not None and torch.equal(again.nulls, inverted.nulls) and torch.equal(again.latent,
                                                                                           inverted.latent)
     assert (again.prompt, again.settings, again.size) == (SOURCE, FAST, (SIZE, SIZE))
+    assert inverted.reconstruction is not None and torch.equal(again.reconstruction, inverted.reconstruction)
     (tmp_path / f"{key}.safetensors").write_bytes(b"broken")
     assert InversionCache(directory=tmp_path).get(key) is None
     small = InversionCache(max_items=1)

@@ -241,13 +241,16 @@ def test_diffusion_check_on_the_tiny_model(trained: tuple[Path, dict[str, Any]],
     parts = BackendSpecs(generator=f"diffusers:{sd},steps=2,batch=8",
                          editor=f"sd-edit:{sd},steps=2,null_steps=1,self=0.5").build_parts(load=True)
     classifier = ToyClassifier(world)
-    check = DiffusionCheck(world, parts["generator"], parts["editor"], classifier, ToyCaptioner(world), classifier)
+    check = DiffusionCheck(world, parts["generator"], parts["editor"], classifier, ToyCaptioner(world), classifier,
+                           reconstruction_steps=3)
     report = check.run(n=24, attribute_n=8, inversions=2, swaps=2)
     acc = report["class_accuracy"]
     assert acc["overall"]["n"] == 24 and sum(r["n"] for r in acc["by_class"].values()) == 24
     assert 0 <= acc["overall"]["low"] <= acc["overall"]["rate"] <= acc["overall"]["high"] <= 1
     assert set(report["attribute_adherence"]) == {"background", "colour", "lighting", "domain"}
-    assert report["null_text_reconstruction"]["n"] == 2 and report["null_text_reconstruction"]["steps"] == 2
+    # Reconstructions at the steps asked for; the editor itself (the swaps) keeps its own 2.
+    assert report["null_text_reconstruction"]["n"] == 2 and report["null_text_reconstruction"]["steps"] == 3
+    assert parts["editor"].inversion_settings.steps == 2
     assert report["background_swaps"]["success"]["n"] == 2
     a = np.zeros((4, 4, 3), np.uint8)
     assert psnr(a, a) == float("inf") and psnr(a, a + 255) == pytest.approx(0.0)
@@ -263,11 +266,12 @@ def test_world_check_diffusion_command(trained: tuple[Path, dict[str, Any]],
     sd = trained[0] / "toyworld-sd"
     code = main(["world", "check", "--diffusion", "--generator", f"diffusers:{sd},steps=2,batch=12",
                  "--editor", f"sd-edit:{sd},steps=2,null_steps=1,self=0.5", "--n", "12", "--attribute-n", "4",
-                 "--inversions", "1", "--swaps", "1", "--json"])
+                 "--inversions", "1", "--inversion-steps", "2", "--swaps", "1", "--json"])
     assert code == 0
     report = json.loads(capsys.readouterr().out)
     assert report["class_accuracy"]["overall"]["n"] == 12
     assert report["null_text_reconstruction"]["autoencoder_psnr_mean"] > 0
+    assert report["null_text_reconstruction"]["steps"] == 2
     assert main(["world", "check", "--diffusion", "--n", "5"]) == 2
     assert "--n must be between 12" in capsys.readouterr().err
 
@@ -323,8 +327,9 @@ def test_the_packaged_editor_keeps_the_class_region(world: Any) -> None:
     from sleuth.tools.backends.toyworld.render import Renderer
 
     editor = BackendSpecs(editor="sd-edit:toyworld-sd").build_parts()["editor"]
-    assert editor.settings.keep == "class"
-    assert BackendSpecs(editor="sd-edit:toyworld-sd,keep=none").build_parts()["editor"].settings.keep == "none"
+    assert editor.settings.keep == "class" and editor.inversion_settings.steps == 25  # its generator's steps
+    other = BackendSpecs(editor="sd-edit:toyworld-sd,keep=none,steps=50").build_parts()["editor"]
+    assert other.settings.keep == "none" and other.inversion_settings.steps == 50
     renderer = Renderer(world, 64)
     on_object, on_background = [], []
     for label in ("cat", "dog", "goldfish", "bee"):

@@ -38,6 +38,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                            "toyworld-clip scores the edits for LANCE's filters).")
     diff.add_argument("--attribute-n", type=int, default=240, help="Images per attribute (default 240).")
     diff.add_argument("--inversions", type=int, default=24, help="Null-text inversions (default 24; 0: skip).")
+    diff.add_argument("--inversion-steps", type=int, default=50,
+                      help="DDIM steps of the null-text inversions (default 50; the swaps run at the editor's own, "
+                           "25 for toyworld-sd).")
     diff.add_argument("--swaps", type=int, default=60, help="Background swaps (default 60; 0: skip).")
     check.set_defaults(_world_run=run_check)
     rand = sub.add_parser(
@@ -107,6 +110,8 @@ def run_diffusion_check(args: argparse.Namespace) -> int:
         raise UsageError("--n must be between 12 and 100000 and --attribute-n between 4 and 100000")
     if args.inversions < 0 or args.swaps < 0:
         raise UsageError("--inversions and --swaps must be at least 0")
+    if not 1 <= args.inversion_steps <= 1000:
+        raise UsageError("--inversion-steps must be between 1 and 1000")
     if args.world and not Path(args.world).is_file():
         raise UsageError(f"world config not found: {args.world}")
     console = Console(stderr=True)
@@ -118,7 +123,8 @@ def run_diffusion_check(args: argparse.Namespace) -> int:
             check = DiffusionCheck(world, parts["generator"], parts["editor"],
                                    ToyClassifier(world, progress=bars.update),
                                    ToyCaptioner(world, progress=bars.update),
-                                   ToyClassifier(load_world("nobugs"), progress=bars.update), progress=bars.update)
+                                   ToyClassifier(load_world("nobugs"), progress=bars.update), progress=bars.update,
+                                   reconstruction_steps=args.inversion_steps)
             report = check.run(n, args.attribute_n, args.inversions, args.swaps, seed=args.seed)
     except BackendError as e:
         raise UsageError(str(e)) from None

@@ -92,6 +92,8 @@ class InversionCache:
                 "seconds": repr(inv.seconds), "reconstruction_mse": json.dumps(inv.reconstruction_mse)}
         tensors = {"latent": inv.latent.detach().cpu().contiguous(), "nulls": inv.nulls.detach().cpu().contiguous(),
                    "z0": inv.z0.detach().cpu().contiguous()}
+        if inv.reconstruction is not None:
+            tensors["reconstruction"] = inv.reconstruction.detach().cpu().contiguous()
         # Written beside, then renamed: a reader never sees half a file.
         tmp = self._path(key).with_suffix(f".{os.getpid()}.tmp")
         save_file(tensors, str(tmp), metadata=meta)
@@ -106,10 +108,12 @@ class InversionCache:
         try:
             with safe_open(str(path), framework="pt") as f:
                 meta = f.metadata() or {}
-                t = {k: f.get_tensor(k) for k in ("latent", "nulls", "z0")}
+                t = {k: f.get_tensor(k) for k in ("latent", "nulls", "z0", "reconstruction") if k in f.keys()}
         except (SafetensorError, OSError):
             return None  # an unreadable entry is recomputed, and overwritten
+        if not {"latent", "nulls", "z0"} <= t.keys():
+            return None
         size = json.loads(meta["size"])
         return Inversion(t["latent"], t["nulls"], t["z0"], meta["prompt"],
                          InversionSettings.model_validate_json(meta["settings"]), (int(size[0]), int(size[1])),
-                         float(meta["seconds"]), json.loads(meta["reconstruction_mse"]))
+                         float(meta["seconds"]), json.loads(meta["reconstruction_mse"]), t.get("reconstruction"))

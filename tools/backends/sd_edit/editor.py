@@ -44,7 +44,7 @@ from sleuth.tools.backends.sd_edit.ddim import (
     sample,
     working_size,
 )
-from sleuth.tools.backends.sd_edit.inversion import Inversion, InversionSettings, invert
+from sleuth.tools.backends.sd_edit.inversion import Inversion, InversionSettings, invert, reconstruct
 from sleuth.tools.backends.sd_edit.p2p import (
     AttentionEdit,
     Injection,
@@ -131,6 +131,18 @@ def edit_latents(pipe: Any, inversion: Inversion, target: str, injections: Seque
         rows.append(x if k == 0 else x[1:])
         mask = blend.last_mask if blend is not None and mask is None else mask
     return EditRun(torch.cat(rows), alignment, list(injections), mask)
+
+
+def sham_latents(pipe: Any, inversion: Inversion, injection: Injection) -> EditRun:
+    """The edit of an inversion to its own caption: the source row and one target row, both the reconstruction
+    (the null-text run's end when known, else sampled)."""
+    import torch
+
+    rec = inversion.reconstruction
+    if rec is None:
+        rec = reconstruct(pipe, inversion)
+    alignment = align(pipe.tokenizer, inversion.prompt, inversion.prompt, "auto")
+    return EditRun(torch.cat([rec, rec]), alignment, [injection])
 
 
 MAX_PAIRS = 20
@@ -251,15 +263,17 @@ class SDEditor:
         inv, cached = self.invert(image, source_caption)
         start = time.perf_counter()
         injections = self.settings.grid() if self.scorer is not None else [self.settings.middle()]
-        if source_caption.split() == target_caption.split():
-            injections = injections[:1]
         class_name = find_class(source_caption, self.class_names)
         keep = None
-        if self.settings.keep == "class" and class_name is not None and source_caption.split() != \
-                target_caption.split():
-            keep = class_region(self.pipe, inv.z0, source_caption, class_name, inv.settings.guidance,
-                                self.region_settings)
-        run = edit_latents(self.pipe, inv, target_caption, injections, self.settings, keep=keep)
+        if source_caption.split() == target_caption.split():
+            # A sham edit: every attention map is injected from the source row, under the same prompt, so the
+            # target row is the source row, the reconstruction; null-text optimisation already sampled it.
+            run = sham_latents(self.pipe, inv, injections[0])
+        else:
+            if self.settings.keep == "class" and class_name is not None:
+                keep = class_region(self.pipe, inv.z0, source_caption, class_name, inv.settings.guidance,
+                                    self.region_settings)
+            run = edit_latents(self.pipe, inv, target_caption, injections, self.settings, keep=keep)
         decoded = [resize(im, image.shape[:2]) for im in decode_latents(self.pipe, run.latents)]
         a = run.alignment
         scores: dict[str, float] = {}

@@ -69,10 +69,14 @@ class Inversion:
     seconds: float = 0.0
     reconstruction_mse: float | None = None
     """Latent MSE of the null-text trajectory's end against ``z0`` (known after optimisation)."""
+    reconstruction: Any = None
+    """The clean latent guided sampling from ``latent`` under ``prompt`` reaches: the null-text run's end, which is
+    what a sham edit (caption unchanged) produces, so a sham costs no sampling. None when not optimised."""
 
     def to(self, device: Any) -> Inversion:
+        rec = None if self.reconstruction is None else self.reconstruction.to(device)
         return Inversion(self.latent.to(device), self.nulls.to(device), self.z0.to(device), self.prompt,
-                         self.settings, self.size, self.seconds, self.reconstruction_mse)
+                         self.settings, self.size, self.seconds, self.reconstruction_mse, rec)
 
 
 def ddim_invert(pipe: Any, schedule: DDIMSchedule, z0: Any, cond: Any) -> list[Any]:
@@ -178,11 +182,11 @@ def invert(pipe: Any, image: Image, prompt: str, settings: InversionSettings, hw
     z0 = encode_image(pipe, image, hw).float()
     cond, null = encode_text(pipe, [prompt, ""]).float().split(1)
     path = ddim_invert(pipe, schedule, z0, cond)
-    nulls, mse = null, None
+    nulls, mse, end = null, None, None
     if settings.guidance != 1.0 and settings.null_steps > 0:
         nulls, end = null_text_optimise(pipe, schedule, path, cond, null, settings)
         mse = float(torch.mean((end - z0) ** 2))
-    return Inversion(path[-1], nulls, z0, prompt, settings, hw, time.perf_counter() - start, mse)
+    return Inversion(path[-1], nulls, z0, prompt, settings, hw, time.perf_counter() - start, mse, end)
 
 
 def reconstruct(pipe: Any, inversion: Inversion, guidance: float | None = None) -> Any:

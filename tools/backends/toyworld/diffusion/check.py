@@ -68,8 +68,11 @@ class DiffusionCheck:
     """The measurements, on a generator, an editor and the world's classifier and captioner."""
 
     def __init__(self, world: World, generator: Any, editor: Any, classifier: Any, captioner: Any, judge: Any,
-                 progress: Progress | None = None) -> None:
+                 progress: Progress | None = None, reconstruction_steps: int | None = 50) -> None:
+        """``reconstruction_steps``: DDIM steps of the null-text reconstructions (50, as the check is defined;
+        None: the editor's own). Swaps run at the editor's own steps, as investigations edit."""
         self.world = world
+        self.reconstruction_steps = reconstruction_steps
         self.generator = generator
         self.editor = editor
         self.classifier = classifier
@@ -123,10 +126,13 @@ class DiffusionCheck:
         prompts = [CLASS_PROMPT.format(label=lab) for lab in labels]
         gens = self.generator.generate(prompts, [seed + 500_000 + i for i in range(n)])
         values, autoencoder, latent, seconds = [], [], [], []
+        settings = self.editor.inversion_settings
+        if self.reconstruction_steps is not None:
+            settings = settings.model_copy(update={"steps": self.reconstruction_steps})
         for i, g in enumerate(gens):
             image = np.asarray(g.image)
             start = time.perf_counter()
-            inv = invert(pipe, image, g.prompt, self.editor.inversion_settings, working_size(image, pipe, None))
+            inv = invert(pipe, image, g.prompt, settings, working_size(image, pipe, None))
             z = reconstruct(pipe, inv)
             back = np.asarray(decode_latents(pipe, z)[0])
             seconds.append(time.perf_counter() - start)
@@ -135,7 +141,7 @@ class DiffusionCheck:
             autoencoder.append(psnr(image, np.asarray(decode_latents(pipe, inv.z0)[0])))
             latent.append(psnr(np.asarray(decode_latents(pipe, inv.z0)[0]), back))
             self._tell("null-text inversions", i + 1, n)
-        return {"n": n, "steps": self.editor.inversion_settings.steps, "psnr_mean": float(np.mean(values)),
+        return {"n": n, "steps": settings.steps, "psnr_mean": float(np.mean(values)),
                 "psnr_median": float(np.median(values)), "psnr_min": float(np.min(values)),
                 "autoencoder_psnr_mean": float(np.mean(autoencoder)),
                 "psnr_vs_autoencoder_mean": float(np.mean(latent)),
