@@ -21,8 +21,10 @@ ROOT = Path(__file__).resolve().parents[1]
 torch.set_num_threads(2)
 
 # Biases that keep the random classifier's top-3 among four cats: tabby cat is 4th on some images, a failure under
-# the parent criterion (snow leopard, lynx and cougar are not domestic cats).
-FAVOURED = {"tabby cat": 3.0, "snow leopard": 3.0, "lynx": 3.0, "cougar": 3.0}
+# the parent criterion (snow leopard, lynx and cougar are not domestic cats). Tabby cat's bias sits below the others'
+# by the median margin of its logit over the third of theirs (0.32-0.42 on four blocks of 100 tiny-SD images), so
+# about half of any block fails: a baseline of 50 has failures to cluster and successes, whatever its seeds.
+FAVOURED = {"tabby cat": 2.65, "snow leopard": 3.0, "lynx": 3.0, "cougar": 3.0}
 
 
 @pytest.fixture(scope="module")
@@ -48,9 +50,8 @@ def test_investigate_on_tiny_real_models(models: dict[str, str], tmp_path: Path,
     # CLIP checks with thresholds every image passes: the flags' wiring is checked, not the random CLIP's eyes. The
     # earlier protocol planner measures caption hypotheses straight from the baseline's failures, so 200 images reach
     # measure_rate on the real models (the protocol planner would spend them screening).
-    # Seed 3: on random weights, some seeds' baselines give no caption cluster to measure.
     code = main(["investigate", "--class", "tabby cat", "--criterion", "parent", "--budget", "200",
-                 "--planner", "protocol-v1", "--baseline-n", "50", "--seed", "3", "--runs", str(tmp_path / "runs"),
+                 "--planner", "protocol-v1", "--baseline-n", "50", "--runs", str(tmp_path / "runs"),
                  "--json",
                  *model_flags(models),
                  "--class-token", str(tmp_path / "tabby.bin"), "--clip-checks", "on", "--clip-class-top-k", "1000",
@@ -84,7 +85,7 @@ def test_investigate_on_tiny_real_models(models: dict[str, str], tmp_path: Path,
     results = [e for e in events if e.kind == "tool_returned"]
     base = next(e for e in results if e.name == "generate_and_classify").result
     k, n = base["summary"]["failures"]["k"], base["summary"]["failures"]["n"]
-    assert n == 50 and 0 < k < n and base["summary"]["invalid"] == 0, base["summary"]
+    assert n == 50 and 10 <= k <= 40 and base["summary"]["invalid"] == 0, base["summary"]
     assert f"{k}/{n}" in out["answer"]
     assert {c["label"] for c in base["summary"]["confusions"]} <= {"snow leopard", "lynx", "cougar"}
     # The failures were clustered on open_clip features and captioned by BLIP: each hypothesis is the class
