@@ -360,7 +360,8 @@ def test_a_sham_edit_is_the_reconstruction_and_costs_no_sampling(pipe: Any, imag
     out = plain.edit(gen, SOURCE, SOURCE)
     inv0, _ = plain.invert(image, SOURCE)
     assert inv0.reconstruction is None
-    assert np.array_equal(out.image, decode_latents(pipe, reconstruct(pipe, inv0))[0])
+    again = decode_latents(pipe, reconstruct(pipe, inv0))[0]
+    assert np.abs(out.image.astype(int) - again.astype(int)).max() <= 2
 
 
 def test_inversions_persist_on_disk(inverted: Any, tmp_path: Path) -> None:
