@@ -3,10 +3,12 @@ the real loop on the fake backend set, whose one failure (snow, 60% against 3%) 
 
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 import pytest
 
-from sleuth.agent.planners.lean import LADDER, LeanPlanner, plausibility, score, worth
+from sleuth.agent.planners.lean import LADDER, Candidate, LeanPlanner, by_kind, plausibility, score, worth
 from sleuth.agent.planners.protocol import ProtocolPlanner
 from sleuth.agent.planners.screening import content_key
 from sleuth.agent.transcript import read_transcript
@@ -118,6 +120,28 @@ def test_a_tight_budget_is_never_overrun_and_the_stop_says_so(tmp_path, budget):
     # Whatever it recorded went through a confirmation.
     tests = {t.id: t for t in session.investigation.tests}
     assert all(tests[f.confirmation.test_id].purpose == "confirmation" for f in session.investigation.findings)
+
+
+def test_equally_sure_candidates_go_by_how_much_their_failures_keep_to_one_label():
+    """Screens at their ceiling (12/12) tie on sureness; the one whose failures keep to one wrong label goes first
+    in its kind, and a surer screen still beats a more concentrated one."""
+    p0 = 0.15
+
+    def cand(caption: str, kind: str, k: int, confusions: dict[str, int]) -> Candidate:
+        return Candidate(caption, kind, k=k, n=12, confusions=Counter(confusions))
+
+    scattered = cand("a", "background", 12, {"x": 5, "y": 4, "z": 3})
+    mixed = cand("b", "background", 12, {"y": 7, "x": 5})
+    kept = cand("c", "background", 12, {"z": 11, "x": 1})
+    weaker = cand("d", "background", 11, {"w": 11})
+    order = by_kind([scattered, mixed, weaker, kept], p0)
+    assert [c.caption for c in order] == ["c", "b", "a", "d"]
+    assert [round(c.mode_share, 3) for c in order] == [0.917, 0.583, 0.417, 0.917]
+    # Within one failure mode the same: shortest caption first, then surest, then the most concentrated.
+    same = [cand("p q", "domain", 12, {"x": 6, "y": 6}), cand("r s", "domain", 12, {"x": 9, "y": 3})]
+    assert [c.caption for c in by_kind(same, p0)] == ["r s", "p q"]
+    # No failures, no share.
+    assert cand("e", "object", 0, {}).mode_share == 0.0
 
 
 def test_one_finding_per_failure_mode(tmp_path):

@@ -90,15 +90,17 @@ def by_kind(cands: list[Candidate], p0: float, kinds: Counter[str] | None = None
     """Test order: round robin over kinds of candidate (caption, background, domain, object, adjective), kinds with
     fewer confirmed findings first and among them the kind with the surest candidate; within a kind, round robin
     over its failure modes (the wrong label) the same way; within a mode the shortest caption first (the fewest
-    attributes that carry the failure), then the surest."""
+    attributes that carry the failure), then the surest. Equally sure candidates (a screen at its ceiling, 12/12, is
+    common) go in order of ``mode_share``: failures that keep to one wrong label come before scattered ones."""
     kinds, modes = kinds or Counter(), modes or Counter()
     tree: dict[str, dict[str | None, list[Candidate]]] = {}
-    for c in sorted(cands, key=lambda c: -score(c.k, c.n, p0)):
+    for c in sorted(cands, key=lambda c: (-score(c.k, c.n, p0), -c.mode_share)):
         tree.setdefault(c.kind, {}).setdefault(c.confusion, []).append(c)
     per_kind = []
     for kind, by_label in sorted(tree.items(), key=lambda kv: kinds[kv[0]]):  # stable: surest first among equals
         ordered = sorted(by_label.items(), key=lambda kv: modes[(kind, kv[0])])
-        per_kind.append(_round_robin([sorted(q, key=lambda c: (sentences(c.caption), -score(c.k, c.n, p0)))
+        per_kind.append(_round_robin([sorted(q, key=lambda c: (sentences(c.caption), -score(c.k, c.n, p0),
+                                                               -c.mode_share))
                                       for _, q in ordered]))
     return _round_robin(per_kind)
 
@@ -128,6 +130,12 @@ class Candidate:
         if self.target:
             return self.target
         return self.confusions.most_common(1)[0][0] if self.confusions else None
+
+    @property
+    def mode_share(self) -> float:
+        """Share of the screen's images that failed as its failure mode (the wrong label it is tested against)."""
+        mode = self.confusion
+        return self.confusions[mode] / self.n if mode is not None and self.n else 0.0
 
     def rung(self) -> int:
         """Index of the next rung of the ladder (len(LADDER) at the top)."""
