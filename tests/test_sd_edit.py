@@ -439,3 +439,56 @@ def test_fifty_step_inversion_numbers(pipe: Any, image: np.ndarray, kind: str) -
     # (x59).
     assert e1 < 2e-3
     assert drift > (60 if kind == "epsilon" else 20) * err, (e1, drift, err)
+
+
+def test_an_image_the_same_weights_drew_is_edited_from_its_seed(pipe: Any, tmp_path: Path) -> None:
+    """No inversion for a generated image: prompt-to-prompt starts from the seed's noise, its source row redraws
+    the image, and the sham (caption unchanged) is that redraw. Anything else is inverted."""
+    from sleuth.tools.backends.diffusers_generator import DiffusersGenerator
+    from sleuth.tools.backends.sd_edit.ddim import psnr
+    from sleuth.tools.backends.sd_edit.editor import SEED_PSNR
+
+    gen = DiffusersGenerator(pipeline=pipe, num_inference_steps=FAST.steps, guidance_scale=FAST.guidance,
+                             height=SIZE, width=SIZE)
+    g, other = gen.generate([SOURCE, SOURCE], [2**40 + 3, 5])
+    assert g.meta["drawn"] == {"model": gen.model_key, "noise": "np64", "steps": 10, "guidance": 7.5,
+                               "scheduler": "DDIMScheduler", "size": [SIZE, SIZE]}
+    editor = SDEditor(pipeline=pipe, inversion=FAST, class_names=["cat", "dog"])
+    assert editor.model_id == gen.model_key
+    inverting = SDEditor(pipeline=pipe, inversion=FAST, class_names=["cat", "dog"], start="invert")
+    assert editor.id != inverting.id
+    with pytest.raises(BackendError, match="start"):
+        SDEditor(pipeline=pipe, start="guess")  # type: ignore[arg-type]
+
+    calls: list[int] = []
+    hook = pipe.unet.register_forward_pre_hook(lambda *_: calls.append(1))
+    try:
+        out = editor.edit(g, SOURCE, SWAP)
+        edit_calls, calls[:] = len(calls), []
+        sham = editor.edit(g, SOURCE, SOURCE)
+        sham_calls = len(calls)
+    finally:
+        hook.remove()
+    # One sampling pass (source and target rows batched, guided: one UNet call a step), no inversion; the sham
+    # reuses the source row.
+    assert edit_calls == FAST.steps and sham_calls == 0 and editor.inversions_run == 0
+    assert out.meta["start"] == "seed" and out.meta["start_psnr"] >= SEED_PSNR
+    assert sham.meta["start"] == "seed" and np.abs(sham.image.astype(int) - g.image.astype(int)).max() <= 2
+    assert psnr(out.image, g.image) < out.meta["start_psnr"]  # the edit changed the image
+    # The same edit by inversion starts from a reconstruction, not the image itself.
+    by_inversion = inverting.edit(g, SOURCE, SWAP)
+    assert by_inversion.meta["start"] == "inversion" and inverting.inversions_run == 1
+    assert "start_psnr" not in by_inversion.meta
+
+    # A caption other than the one the image was drawn with, or other steps: inverted.
+    assert editor.edit(g, "a photo of a cat", SWAP).meta["start"] == "inversion"
+    five = DiffusersGenerator(pipeline=pipe, num_inference_steps=5, guidance_scale=7.5, height=SIZE, width=SIZE)
+    assert editor.edit(five.generate([SOURCE], [7])[0], SOURCE, SWAP).meta["start"] == "inversion"
+    # Claimed by the metadata but not redrawn (other weights under the same name): inverted after all, with the
+    # redraw's PSNR on record; the image's next edit goes straight to inversion.
+    forged = Generation(image=other.image, prompt=SOURCE, seed=g.seed, meta={"drawn": dict(g.meta["drawn"])})
+    runs = editor.inversions_run
+    fell = editor.edit(forged, SOURCE, SWAP)
+    assert fell.meta["start"] == "inversion" and fell.meta["seeded_psnr"] < SEED_PSNR
+    assert editor.edit(forged, SOURCE, SOURCE).meta["start"] == "inversion"
+    assert editor.inversions_run == runs + 1

@@ -5,6 +5,8 @@ whole seed, so (prompt, seed) gives the same initial noise, hence the same image
 device. Not from a ``torch.Generator``: torch's CPU generator keeps only the seed's low 32 bits, so seed s and
 s + 2**40 (a discovery seed and its confirmation twin) would draw the same image.
 Images a safety checker blacks out come back with ``valid=False``: unusable, not classifier failures.
+Each image drawn from such noise says how in ``meta["drawn"]`` (weights, noise, steps, guidance, scheduler, size),
+so an editor on the same weights can start from its seed's noise instead of inverting it.
 """
 
 from __future__ import annotations
@@ -69,15 +71,17 @@ class DiffusersGenerator:
         self.class_prompt = class_prompt
         self._pipe = pipeline
         self._tokens: dict[str, str] = {}
-        self.id = self._make_id(pipeline)
+        source = (f"{model}@{fingerprint(self._folder)}" if self._folder is not None else type(pipeline).__name__)
+        self.id = self._make_id(source)
+        self.model_key = source + dtype_tag(self.dtype)
+        """The weights images are drawn with, named as an editor on the same folder names them
+        (``SDEditor.model_id``)."""
         if pipeline is not None:
             with quiet_loading():
                 self._prepare(pipeline)
 
-    def _make_id(self, pipeline: Any) -> str:
+    def _make_id(self, source: str) -> str:
         """Everything that changes the images: the cache keys predictions by this id."""
-        source = (f"{self.model}@{fingerprint(self._folder)}" if self._folder is not None
-                  else type(pipeline).__name__)
         parts = [f"diffusers:{source}", f"steps={self.num_inference_steps}", f"cfg={self.guidance_scale:g}",
                  f"noise={NOISE}"]
         if self.height is not None or self.width is not None:
@@ -145,8 +149,14 @@ class DiffusersGenerator:
             "output_type": "np",
         }
         latents = initial_latents(pipe, seeds, self.height, self.width)
+        drawn: dict[str, Any] | None = None
         if latents is not None:
             kwargs["latents"] = latents
+            if self.negative_prompt is None:
+                factor = int(pipe.vae_scale_factor)
+                drawn = {"model": self.model_key, "noise": NOISE, "steps": self.num_inference_steps,
+                         "guidance": self.guidance_scale, "scheduler": type(pipe.scheduler).__name__,
+                         "size": [int(latents.shape[-2]) * factor, int(latents.shape[-1]) * factor]}
         else:
             # A pipeline that takes no latents of this shape: CPU torch generators on 32-bit digests of the
             # whole seeds (two seeds share noise only by a digest collision).
@@ -162,7 +172,8 @@ class DiffusersGenerator:
         images = to_uint8(result.images)
         flagged = getattr(result, "nsfw_content_detected", None) or [False] * len(prompts)
         return [Generation(image=im, prompt=p, seed=s, valid=not bool(bad),
-                           meta={"nsfw": True} if bad else {})
+                           meta={"nsfw": True} if bad else ({"drawn": dict(drawn)} if drawn is not None
+                                                           and self.prompt_with_token(p) == p else {}))
                 for im, p, s, bad in zip(images, prompts, seeds, flagged)]
 
     def _apply_checks(self, gens: list[Generation]) -> None:

@@ -138,6 +138,12 @@ def encode_image(pipe: Any, image: Image, hw: tuple[int, int]) -> Any:
         return dist.mean * pipe.vae.config.scaling_factor
 
 
+def psnr(a: Image, b: Image) -> float:
+    """Peak signal-to-noise ratio of two uint8 images, in dB (inf when equal)."""
+    mse = float(np.mean((np.asarray(a, np.float64) - np.asarray(b, np.float64)) ** 2))
+    return float("inf") if mse == 0 else 10 * float(np.log10(255.0**2 / mse))
+
+
 def decode_latents(pipe: Any, latents: Any) -> list[Image]:
     import torch
 

@@ -39,7 +39,9 @@ from sleuth.tools.backends.sd_edit.ddim import (
     DDIMSchedule,
     check_pipeline,
     decode_latents,
+    encode_image,
     encode_text,
+    psnr,
     resize,
     sample,
     working_size,
@@ -145,6 +147,40 @@ def sham_latents(pipe: Any, inversion: Inversion, injection: Injection) -> EditR
     return EditRun(torch.cat([rec, rec]), alignment, [injection])
 
 
+SEED_PSNR = 35.0
+"""dB. An image drawn from a seed's noise by the same weights, steps and guidance is edited from that noise, with
+no inversion, when the editor's own sampling from it reproduces the image at least this closely (it does to
+rounding on the machine that drew it; null-text inversion reaches about 31 dB); else it is inverted."""
+
+
+def seeded_start(pipe: Any, generation: Generation, prompt: str, settings: InversionSettings, hw: tuple[int, int],
+                 model_id: str) -> Inversion | None:
+    """Where sampling started for an image the generator drew from its seed's noise (``meta["drawn"]``) under
+    ``prompt`` with these weights (``model_id``), steps, guidance and size: the seed's noise, with the plain
+    unconditional embedding as every step's null. ``None`` when the image was drawn any other way."""
+    from sleuth.tools.backends.diffusers_generator import NOISE, initial_latents
+
+    drawn = generation.meta.get("drawn")
+    if not isinstance(drawn, dict) or generation.prompt != prompt:
+        return None
+    same = (drawn.get("model") == model_id and drawn.get("noise") == NOISE and drawn.get("steps") == settings.steps
+            and drawn.get("guidance") == settings.guidance and drawn.get("scheduler") == "DDIMScheduler"
+            and list(drawn.get("size") or ()) == list(hw))
+    if not same:
+        return None
+    start = time.perf_counter()
+    latent = initial_latents(pipe, [generation.seed], hw[0], hw[1])
+    if latent is None:
+        return None
+    latent = latent.float()  # DDIM's initial sigma is 1
+    null = encode_text(pipe, [""]).float()
+    z0 = encode_image(pipe, np.asarray(generation.image), hw).float()
+    return Inversion(latent, null, z0, prompt, settings, hw, time.perf_counter() - start)
+
+
+SEEDED_KEPT = 64
+"""Seeded starts an editor keeps in memory (each a latent and an embedding, a few hundred kB for SD 1.5)."""
+
 MAX_PAIRS = 20
 """Counterfactual pairs per measurement by default: each is an inversion (about a minute for SD 1.5 on an A100)."""
 
@@ -178,9 +214,16 @@ class SDEditor:
                  dtype: str | None = None, inversion: InversionSettings | None = None,
                  editing: EditSettings | None = None, thresholds: QualityThresholds | None = None,
                  scorer: Scorer | None = None, class_names: Sequence[str] = (), size: int | None = None,
-                 cache: InversionCache | None = None, cost: EditCost | None = None) -> None:
+                 cache: InversionCache | None = None, cost: EditCost | None = None,
+                 start: Literal["seed", "invert"] = "seed") -> None:
         if (model is None) == (pipeline is None):
             raise ValueError("give exactly one of model (path or Hub id) and pipeline")
+        if start not in ("seed", "invert"):
+            raise BackendError(f"sd-edit: start must be seed or invert, not {start!r}.")
+        self.start = start
+        """seed: an image the same weights drew from its seed's noise is edited from that noise (no inversion);
+        invert: every image is inverted."""
+        self._seeded: dict[Any, Inversion | None] = {}
         self.model = model
         self.device = choose_device(device)
         self.dtype = choose_dtype(dtype, self.device)
@@ -206,6 +249,8 @@ class SDEditor:
                                  "clip": clip}
         if self.settings.keep != "none":
             parts["region"] = self.region_settings.model_dump()
+        if start == "seed":
+            parts["start"] = "seed"
         rest = json.dumps(parts, sort_keys=True)
         rest = json.dumps({"inversion": s.model_dump(), "null_schedule": "official", "rest": rest}, sort_keys=True)
         self.id = (f"sd-edit:{self.model_id}:steps={s.steps}:cfg={s.guidance:g}:null={s.null_steps}x{s.null_lr:g}:"
@@ -255,12 +300,41 @@ class SDEditor:
 
     # -- editing -------------------------------------------------------------------------------------------------
 
+    def seeded(self, generation: Generation, prompt: str, hw: tuple[int, int]) -> tuple[Any, Inversion | None]:
+        """The start of an image this editor's weights drew from its seed (see :func:`seeded_start`) and its key;
+        kept for the image's next edit (a counterfactual edits each image twice: to the target and to itself)."""
+        digest = hashlib.sha256(np.ascontiguousarray(generation.image).tobytes()).hexdigest()
+        key = (generation.seed, prompt, hw, digest)
+        if self.start != "seed":
+            return key, None
+        if key not in self._seeded:
+            self._seeded[key] = seeded_start(self.pipe, generation, prompt, self.inversion_settings, hw,
+                                             self.model_id)
+            while len(self._seeded) > SEEDED_KEPT:
+                self._seeded.pop(next(iter(self._seeded)))
+        return key, self._seeded[key]
+
     def edit(self, generation: Generation, source_caption: str, target_caption: str) -> EditOutcome:
         image = np.asarray(generation.image)
         if image.dtype != np.uint8 or image.ndim != 3 or image.shape[2] < 3:
             raise BackendError(f"{self.id}: expected a uint8 RGB image, got {image.dtype} {image.shape}.")
         image = np.ascontiguousarray(image[..., :3])
+        key, start = self.seeded(generation, source_caption, working_size(image, self.pipe, self.size))
+        redrawn: float | None = None
+        if start is not None:
+            out = self._edit_from(start, image, source_caption, target_caption, seeded=True)
+            redrawn = out.meta["start_psnr"]
+            if redrawn >= SEED_PSNR:
+                return out
+            self._seeded[key] = None  # this image did not come from that start: invert it, now and next time
         inv, cached = self.invert(image, source_caption)
+        out = self._edit_from(inv, image, source_caption, target_caption, cached=cached)
+        if redrawn is not None:
+            out.meta["seeded_psnr"] = redrawn
+        return out
+
+    def _edit_from(self, inv: Inversion, image: Image, source_caption: str, target_caption: str, *,
+                   seeded: bool = False, cached: bool = False) -> EditOutcome:
         start = time.perf_counter()
         injections = self.settings.grid() if self.scorer is not None else [self.settings.middle()]
         class_name = find_class(source_caption, self.class_names)
@@ -274,6 +348,8 @@ class SDEditor:
                 keep = class_region(self.pipe, inv.z0, source_caption, class_name, inv.settings.guidance,
                                     self.region_settings)
             run = edit_latents(self.pipe, inv, target_caption, injections, self.settings, keep=keep)
+        if seeded and inv.reconstruction is None:
+            inv.reconstruction = run.latents[:1].clone()  # the source row: a sham of this start needs no sampling
         decoded = [resize(im, image.shape[:2]) for im in decode_latents(self.pipe, run.latents)]
         a = run.alignment
         scores: dict[str, float] = {}
@@ -296,10 +372,15 @@ class SDEditor:
         chosen = run.injections[pick]
         meta = {"editor": self.id, "mode": a.mode, "removed": a.removed, "added": a.added, "class": class_name,
                 "cross_steps": chosen.cross, "self_steps": chosen.self_, "sweep": sweep,
-                "inversion_cached": cached, "inversion_seconds": round(inv.seconds, 3),
+                "start": "seed" if seeded else "inversion", "inversion_cached": cached,
+                "inversion_seconds": round(inv.seconds, 3),
                 "edit_seconds": round(time.perf_counter() - start, 3),
                 "reconstruction_mse": float(((run.latents[0] - inv.z0) ** 2).mean()),
                 "kept_region": None if keep is None else round(float(keep.mean()), 4),
                 "size": list(inv.size), "thresholds": self.thresholds.model_dump()}
+        if seeded:
+            # The source row is the generator's sampling again: how closely it redraws the image says whether the
+            # image really came from this start.
+            meta["start_psnr"] = round(psnr(decoded[0], image), 2)
         return EditOutcome(image=decoded[1 + pick], source_caption=source_caption, target_caption=target_caption,
                            scores=scores, passed=passed, meta=meta)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import ValidationError
 
@@ -25,7 +25,7 @@ EDITING = {"cross": "cross_steps", "self": "self_steps", "mode": "mode", "weight
            "self_max_tokens": "self_max_tokens", "rows": "max_rows", "keep": "keep"}
 THRESHOLDS = {"image_image": "image_image", "image_text": "image_text", "directional": "directional",
               "class_word": "class_word"}
-OTHER = {"device", "dtype", "size", "cache", "cache_items", "clip", "inversion_cost", "edit_cost", "pairs"}
+OTHER = {"device", "dtype", "size", "cache", "cache_items", "clip", "inversion_cost", "edit_cost", "pairs", "start"}
 OPTIONS = set(INVERSION) | set(EDITING) | set(THRESHOLDS) | OTHER
 """Every option the spec accepts (``clip`` is a CLIP spec, e.g. ``open_clip:ViT-B-32:/path``)."""
 
@@ -71,6 +71,17 @@ def _cost(options: dict[str, str], default: EditCost) -> EditCost:
                    edit=default.edit if edit is None else edit, max_pairs=pairs or default.max_pairs)
 
 
+def _start(options: dict[str, str]) -> Literal["seed", "invert"]:
+    """``start=seed`` (default): images the editor's weights drew from a seed are edited from its noise;
+    ``start=invert``: every image is inverted."""
+    value = options.get("start", "seed")
+    if value == "seed":
+        return "seed"
+    if value == "invert":
+        return "invert"
+    raise BackendError(f"sd-edit option start={value!r}: use seed or invert.")
+
+
 def editor_from_options(model: str, options: dict[str, str], *, device: str = "cpu", dtype: str | None = None,
                         class_names: Sequence[str] = (),
                         make_scorer: Callable[[str], Scorer] | None = None) -> SDEditor:
@@ -101,4 +112,5 @@ def editor_from_options(model: str, options: dict[str, str], *, device: str = "c
     cost = _cost(options, default_cost(inversion, editing, scorer is not None))
     return SDEditor(model, device=options.get("device", device), dtype=options.get("dtype", dtype),
                     inversion=inversion, editing=editing, thresholds=thresholds, scorer=scorer,
-                    class_names=class_names, size=_int(options, "size"), cache=cache, cost=cost)
+                    class_names=class_names, size=_int(options, "size"), cache=cache, cost=cost,
+                    start=_start(options))

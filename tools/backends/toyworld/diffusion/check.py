@@ -14,13 +14,13 @@ Rates come with 95% Wilson intervals.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from sleuth.tools.backends.sd_edit.ddim import psnr
 from sleuth.tools.backends.toyworld.config import World
 from sleuth.tools.backends.toyworld.oracle import CLASS_PROMPT
 from sleuth.tools.stats import binomial_rate
@@ -57,11 +57,6 @@ def _rate(k: int, n: int) -> dict[str, Any]:
 def _top1(classifier: Any, images: list[np.ndarray]) -> list[str]:
     labels = classifier.labels.labels
     return [labels[int(i)] for i in np.argmax(classifier.logits(images), axis=1)]
-
-
-def psnr(a: np.ndarray, b: np.ndarray) -> float:
-    mse = float(np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2))
-    return float("inf") if mse == 0 else 10 * math.log10(255.0**2 / mse)
 
 
 class DiffusionCheck:
