@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from sleuth.agent.llm.client import LLMConfig
 from sleuth.tools.backends.specs import BackendSpecs
-from sleuth.tools.defaults import ALPHA, BASELINE_N, BUDGET
+from sleuth.tools.defaults import ALPHA, BASELINE_N, BUDGET, MAX_CONFIRMATIONS
 
 MAX_IMAGES = 1_000_000
 Criterion = Literal["top1", "topk", "parent"]
@@ -37,7 +37,8 @@ class PlannerConfig(BaseModel):
     baseline_n: int | None = Field(None, ge=50, le=20_000, description=(
         "Images of the class baseline the planner asks for (default: the planner's own, 300 for protocol and "
         f"{BASELINE_N} for the others)."))
-    max_turns: int = Field(100, ge=1, le=10_000, description="Most planner turns in one run.")
+    max_turns: int | None = Field(None, ge=1, le=10_000, description=(
+        "Most planner turns in one run (default: the planner's own, 1000 for protocol and 100 for the others)."))
     max_seconds: float | None = Field(None, gt=0, le=7 * 86_400, description=(
         "Most wall-clock seconds of planning and tool calls in one run; the run ends after the turn that crosses "
         "it (status time_limit), findings kept."))
@@ -146,6 +147,9 @@ class RunSettings(BaseModel):
     alpha: float = Field(ALPHA, gt=0, lt=0.5, description="Family-wise error level of the findings.")
     backends: BackendSpecs = Field(default_factory=BackendSpecs, description="Which models (default: toyworld).")
     planner: PlannerConfig = Field(default_factory=PlannerConfig)
+    confirmations: int | None = Field(None, ge=1, le=100, description=(
+        "Declared confirmation attempts: each is tested at alpha / this (default: the planner's own; protocol "
+        "declares one per 500 images of the budget, from 10 to 40; the others 10)."))
 
     @field_validator("planner", mode="before")
     @classmethod
@@ -186,6 +190,7 @@ class RunConfig(RunSettings):
                 backends.setdefault("world", world)
             data["backends"] = backends
         data.pop("bench", None)
+        data.setdefault("confirmations", MAX_CONFIRMATIONS)  # recorded before the family could be declared
         return cls.model_validate(data)
 
     def record(self) -> dict[str, Any]:

@@ -17,7 +17,8 @@ from typing import Any
 
 from sleuth.agent.config import PlannerConfig, RunConfig
 from sleuth.agent.events import Event, RunStarted
-from sleuth.agent.planners import Mode, PlanFor, build_planner
+from sleuth.agent.planners import Mode, PlanFor, build_planner, declared_confirmations
+from sleuth.agent.planners import max_turns as planner_max_turns
 from sleuth.agent.runner import Planner, Runner, RunResult
 from sleuth.agent.transcript import TranscriptWriter
 from sleuth.tools import investigation_tools
@@ -25,6 +26,7 @@ from sleuth.tools.artifacts import ArtifactStore
 from sleuth.tools.backends.base import Backends
 from sleuth.tools.cache import PredictionCache, default_path
 from sleuth.tools.context import ToolContext
+from sleuth.tools.defaults import MAX_CONFIRMATIONS
 from sleuth.tools.investigation import Budget, Investigation
 
 Progress = Callable[[str, int, int], None]
@@ -84,9 +86,13 @@ class Session:
     def __post_init__(self) -> None:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.artifacts = ArtifactStore(self.run_dir / "artifacts")
+        if self.config.confirmations is None:  # the planner's own family, recorded as declared
+            self.config = self.config.model_copy(update={
+                "confirmations": declared_confirmations(self.config.planner.name, self.config.budget)})
         c = self.config
         self.investigation = Investigation(
             backends=self.backends, label=c.label, criterion=c.criterion, alpha=c.alpha,
+            max_confirmations=c.confirmations or MAX_CONFIRMATIONS,
             budget=Budget(images=c.budget), artifacts=self.artifacts, progress=self.progress, seed=c.seed,
             cache=self.cache if self.cache is not None else shared_cache(),
         )
@@ -110,7 +116,8 @@ class Session:
         inv = self.investigation
         return build_planner(config or self.config.planner, PlanFor(
             label=self.label, class_prompt=inv.class_prompt, labels=inv.labels.labels, budget=inv.budget.images,
-            seed=self.config.seed, alpha=self.config.alpha, mode=mode, session=self))
+            seed=self.config.seed, alpha=self.config.alpha, mode=mode, session=self,
+            confirmations=inv.max_confirmations))
 
     def runner(self, writer: TranscriptWriter, **hooks: Any) -> Runner:
         """A runner writing this session's events to ``writer`` (``hooks``: see ``Runner``)."""
@@ -120,6 +127,6 @@ class Session:
 
     def run(self, planner: Planner, *, max_turns: int | None = None) -> RunResult:
         with TranscriptWriter(self.transcript) as writer:
-            return self.runner(writer).run(planner, max_turns=max_turns or self.config.planner.max_turns,
+            return self.runner(writer).run(planner, max_turns=max_turns or planner_max_turns(self.config.planner),
                                            max_seconds=self.config.planner.max_seconds,
                                            run_started=self.started_event(planner.name))

@@ -28,8 +28,9 @@ CAT = "a realistic photograph of a cat"
 SNOW = CAT + ". it is in the snow."
 
 
-def make(stub: StubServer, tmp_path, *, mode: str = "investigate", **config: Any) -> tuple[Any, LLMPlanner]:
-    sess = new_session(fake_backends(), tmp_path / "run", cache=PredictionCache())
+def make(stub: StubServer, tmp_path, *, mode: str = "investigate", confirmations: int = 10,
+         **config: Any) -> tuple[Any, LLMPlanner]:
+    sess = new_session(fake_backends(), tmp_path / "run", cache=PredictionCache(), confirmations=confirmations)
     cfg = LLMConfig(model="openai/stub-model", api_base=stub.api_base, api_key_env=KEY_ENV, retries=3,
                     backoff_s=0.0, **config)
     client = LLMClient(cfg, sleep=lambda s: None, environ={KEY_ENV: "sk-stub-not-a-real-key-000000"})
@@ -47,16 +48,17 @@ def test_the_ledger_lists_tests_findings_attempts_and_images(tmp_path):
     script = [tool_reply(measure(1)), tool_reply(measure(2, confirm=True)),
               tool_reply(tool_call("finish", {"summary": "done"}, "f"))]
     with StubServer(script) as stub:
-        sess, planner = make(stub, tmp_path)
+        sess, planner = make(stub, tmp_path, confirmations=7)
         assert sess.run(planner).status == "completed"
     first, second, third = (r.messages[-1]["content"] for r in stub.requests)
-    assert first.startswith("Ledger") and "tests: none yet" in first and "0 of 10 used" in first
+    # The attempts are the run's declared family (recorded in run_started), each tested at alpha over it.
+    assert first.startswith("Ledger") and "tests: none yet" in first and "0 of 7 used (each tested at alpha/7)" in first
     # After the discovery test: its id, caption, verdict and adjusted p, and the images it used.
     t1 = next(e for e in read_transcript(sess.transcript) if e.kind == "tool_returned").result
     assert f"t1 discovery \"{SNOW}\": {t1['verdict']}" in second
     used = t1["hypothesis"]["failures"]["n"] + t1["baseline"]["n"]
     assert f"- images: {used:,} used, {20_000 - used:,} left of 20,000" in second
-    assert "1 of 10 used" in third and "t2 confirmation" in third
+    assert "1 of 7 used" in third and "t2 confirmation" in third
     assert "recorded findings: none" in third and "Call finish when" in third
     # The protocol's next step, with the ids to use: confirm the supported discovery, then record it.
     assert t1["verdict"] == "supported"

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -112,6 +113,25 @@ def _names(caption: str, bug: Any, world: World) -> bool:
     return names_bug(caption, bug, world)
 
 
+def fill_outcomes(data: dict[str, Any], world: World) -> bool:
+    """Each planted bug's ``outcome`` in a run (its stage, see ``misses``), read from the run's transcript; False
+    if the transcript is gone (the bugs keep no outcome)."""
+    from sleuth.agent.bench.misses import stage_of
+
+    try:
+        events = read_events(data["transcript"])
+    except (OSError, ValueError):
+        return False
+    prompt = next((e.get("class_prompt") for e in events if e.get("kind") == "run_started"), None)
+    found = {f.get("bug") for f in data["findings"] if f.get("bug")}
+    for b in data["bugs"]:
+        bug = next((x for x in world.bugs if x.name == b["name"]), None)
+        if bug is None:
+            continue
+        b["outcome"] = stage_of(events, partial(_names, bug=bug, world=world), prompt, b["name"] in found)
+    return True
+
+
 def run_class(job: ClassJob) -> list[dict[str, Any]]:
     """Every planner and seed on one class of one world: stored results reused, new ones run, judged and filed."""
     from sleuth.agent.bench.discovery import run_investigation
@@ -124,6 +144,8 @@ def run_class(job: ClassJob) -> list[dict[str, Any]]:
             path = result_path(job.root, job.key, job.label, planner, seed)
             stored = _stored(path, world_hash, s)
             if stored is not None:
+                if any("outcome" not in b for b in stored["bugs"]) and fill_outcomes(stored, job.world):
+                    _write(path, stored)
                 out.append(stored)
                 continue
             backends, oracle, judge = _loaded(job.key, job.world, s.oracle_n, s.criterion)
@@ -142,12 +164,17 @@ def run_class(job: ClassJob) -> list[dict[str, Any]]:
                         "oracle": judge.judge(job.label, b.caption, full=True)} for b in bugs]
             data = {"version": RESULT_VERSION, "world": job.key, "world_hash": world_hash, "settings": asdict(s),
                     "bug_free": job.bug_free, "bugs": planted, **asdict(rec)}
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(data, indent=1) + "\n")
-            os.replace(tmp, path)
+            fill_outcomes(data, job.world)
+            _write(path, data)
             out.append(data)
     return out
+
+
+def _write(path: Path, data: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=1) + "\n")
+    os.replace(tmp, path)
 
 
 # -- parent side -------------------------------------------------------------------------------------------------
@@ -165,11 +192,21 @@ def outcomes(runs: Sequence[dict[str, Any]]) -> list[BugOutcome]:
     return out
 
 
+def bug_stages(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every planted bug of ``runs`` with its oracle ratio and stage (runs whose transcripts were gone: none)."""
+    return [{"bug": f"{r['world']}: {b['name']}", "ratio": b["oracle"]["ratio"], **b["outcome"]}
+            for r in runs for b in r["bugs"] if "outcome" in b]
+
+
 def summarise(runs: Sequence[dict[str, Any]], planners: Sequence[str], budget: int,
               edges: Sequence[float] = BANDS) -> dict[str, dict[str, Any]]:
-    return {p: planner_summary([r for r in runs if r["planner"] == p],
-                               outcomes([r for r in runs if r["planner"] == p]), budget, edges)
-            for p in planners}
+    from sleuth.agent.bench.misses import miss_counts
+
+    out = {}
+    for p in planners:
+        mine = [r for r in runs if r["planner"] == p]
+        out[p] = {**planner_summary(mine, outcomes(mine), budget, edges), "misses": miss_counts(bug_stages(mine))}
+    return out
 
 
 @dataclass

@@ -53,7 +53,31 @@ def discovery_table(out: dict[str, Any]) -> Group:
     for name, r in out["planners"].items():
         curve = [_rate(c) if c["measured"] else "n/a" for c in r["recall_vs_budget"]]
         detail.add_row(name, *(_rate(r["recall_by_strength"].get(b)) for b in bands), *curve)
-    return Group(main, detail)
+    parts: list[Table] = [main, detail]
+    if any(r.get("misses", {}).get("learned") for r in out["planners"].values()):
+        parts.append(misses_table(out))
+    return Group(*parts)
+
+
+def misses_table(out: dict[str, Any]) -> Table:
+    """Per planner, how far each planted bug the classifier learned (oracle ratio >= 2x) got."""
+    from sleuth.agent.bench.misses import LEARNED, STAGES
+
+    rows = {name: r["misses"] for name, r in out["planners"].items() if r.get("misses", {}).get("learned")}
+    stages = [s for s in STAGES if any(m["stages"].get(s) for m in rows.values())]
+    t = Table(title=f"Where the planted bugs the classifier learned (oracle ≥ {LEARNED:g}x) were found or lost",
+              caption="The furthest stage each bug reached in its run, read from the transcript. Screened, not "
+                      "tested: the pooled screen made 2x the baseline 90% likely. Not learned: the oracle "
+                      f"measures the bug below {LEARNED:g}x (found among them in brackets).")
+    t.add_column("planner")
+    t.add_column("learned", justify="right")
+    for s in stages:
+        t.add_column(s, justify="right")
+    t.add_column("not learned", justify="right")
+    for name, m in rows.items():
+        t.add_row(name, str(m["learned"]), *(str(m["stages"].get(s, 0)) for s in stages),
+                  f"{m['not_learned']} ({m['not_learned_found']})")
+    return t
 
 
 def _bands(out: dict[str, Any]) -> list[str]:

@@ -39,6 +39,7 @@ SPEC_HELP = {
 
 # Where each config field is set on the command line, for error messages.
 FLAG_OF = {"class": "--class", "label": "--class", "budget": "--budget", "seed": "--seed", "alpha": "--alpha",
+           "confirmations": "--confirmations",
            "criterion": "--criterion", "planner.baseline_n": "--baseline-n", "planner.max_turns": "--max-turns",
            "planner.max_seconds": "--max-seconds",
            "planner.name": "--planner", "planner.llm.timeout_s": "--llm-timeout",
@@ -64,9 +65,13 @@ def add_run_arguments(p: argparse.ArgumentParser, *, max_turns: bool = True) -> 
                    help="Failure criterion: top-1 wrong, label not in top-3, or no top-3 label under the true "
                         f"label's parent (Wiles et al.). Default {default(RunConfig, 'criterion')}.")
     p.add_argument("--alpha", type=float, help=f"Family-wise error level (default {default(RunConfig, 'alpha')}).")
+    p.add_argument("--confirmations", type=int, metavar="M",
+                   help="Declared confirmation attempts, each tested at alpha/M (default: the planner's own; "
+                        "protocol declares one per 500 images of the budget, from 10 to 40; the others 10).")
     if max_turns:
         p.add_argument("--max-turns", type=int,
-                       help=f"Most planner turns (default {default(PlannerConfig, 'max_turns')}).")
+                       help="Most planner turns (default: the planner's own, 1000 for protocol and 100 for the "
+                            "others).")
         p.add_argument("--max-seconds", type=float,
                        help="Most wall-clock seconds for the run: it stops after the turn that crosses it, with "
                             "status time_limit and its findings kept (default: no limit).")
@@ -211,7 +216,7 @@ def run_config(args: argparse.Namespace) -> RunConfig:
     planner = planner_config(args)
     backends = backend_specs(args)
     settings = {"class": args.label, **_set(args, {"budget": "budget", "seed": "seed", "criterion": "criterion",
-                                                   "alpha": "alpha"})}
+                                                   "alpha": "alpha", "confirmations": "confirmations"})}
     try:
         return RunConfig.model_validate({**settings, "planner": planner, "backends": backends})
     except ValidationError as e:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sleuth.agent.events import Event, ToolCalled, ToolReturned
+from sleuth.agent.events import Event, RunStarted, ToolCalled, ToolReturned
 from sleuth.agent.llm import summaries as S
 from sleuth.tools import stats
 from sleuth.tools.defaults import MAX_CONFIRMATIONS
@@ -35,7 +35,16 @@ def _p(p: float | None) -> str:
     return "< 1e-06" if p < 1e-6 else f"{p:.2g}"
 
 
+def declared(events: Sequence[Event]) -> int:
+    """The confirmation attempts the run declared (its ``run_started`` config), MAX_CONFIRMATIONS if unrecorded."""
+    for e in events:
+        if isinstance(e, RunStarted):
+            return int(e.config.get("confirmations") or MAX_CONFIRMATIONS)
+    return MAX_CONFIRMATIONS
+
+
 def ledger(events: Sequence[Event], *, budget: int | None) -> str:
+    m = declared(events)
     calls = {e.call_id: e for e in events if isinstance(e, ToolCalled)}
     tests: list[dict[str, Any]] = []
     findings: list[dict[str, Any]] = []
@@ -69,8 +78,7 @@ def ledger(events: Sequence[Event], *, budget: int | None) -> str:
         lines.append(f"- images: {used:,} used, {left:,} left of {used + left:,}")
     elif budget is not None:
         lines.append(f"- images: {used:,} used, {budget - used:,} left of {budget:,}")
-    lines.append(f"- confirmation attempts: {confirmations} of {MAX_CONFIRMATIONS} used (each tested at "
-                 f"alpha/{MAX_CONFIRMATIONS})")
+    lines.append(f"- confirmation attempts: {confirmations} of {m} used (each tested at alpha/{m})")
     if tests:
         lines.append(f"- tests ({len(tests)}; discovery p adjusted by Holm over all {len(discovery)} discovery tests "
                      "so far, confirmations over the declared attempts):")
@@ -95,7 +103,7 @@ def ledger(events: Sequence[Event], *, budget: int | None) -> str:
     else:
         lines.append("- recorded findings: none")
     pending = [c for c in calls.values() if c.name == "finish"]
-    step = next_step(tests, findings, untested, confirmations, left, saw_baseline=bool(calls),
+    step = next_step(tests, findings, untested, confirmations, left, declared=m, saw_baseline=bool(calls),
                      proposals=bool(proposed))
     if step and not pending:
         lines.append(f"Suggested next step (the protocol's; yours to decide): {step}")
@@ -108,7 +116,8 @@ def ledger(events: Sequence[Event], *, budget: int | None) -> str:
 
 
 def next_step(tests: Sequence[dict[str, Any]], findings: Sequence[dict[str, Any]], untested: Sequence[str],
-              confirmations: int, left: int | None, *, saw_baseline: bool, proposals: bool) -> str:
+              confirmations: int, left: int | None, *, saw_baseline: bool, proposals: bool,
+              declared: int = MAX_CONFIRMATIONS) -> str:
     """What the protocol would do next, in words with the ids to use: record a confirmed test, confirm a supported
     discovery, measure a proposed hypothesis, or ask for proposals. A small model follows the ids it is given."""
     recorded = {_key(str(f.get("caption", ""))) for f in findings}
@@ -122,8 +131,8 @@ def next_step(tests: Sequence[dict[str, Any]], findings: Sequence[dict[str, Any]
             c = confirmed[key]
             return (f"record_finding with caption {S.quote(str(t.get('caption')))}, discovery_test "
                     f"{t.get('test_id')!r}, confirmation_test {c.get('test_id')!r} and a one-sentence summary.")
-    if confirmations >= MAX_CONFIRMATIONS:
-        return (f"finish: all {MAX_CONFIRMATIONS} confirmation attempts are used, so nothing more can be confirmed; "
+    if confirmations >= declared:
+        return (f"finish: all {declared} confirmation attempts are used, so nothing more can be confirmed; "
                 "summarise the recorded findings.")
     if left is not None and left < 300:
         return (f"finish: {left:,} images are left, too few for a confirmation (about 300); summarise the recorded "

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Literal
 
 from sleuth.agent.config import PlannerConfig
 from sleuth.agent.runner import Planner
-from sleuth.tools.defaults import ALPHA, BASELINE_N
+from sleuth.tools.defaults import ALPHA, BASELINE_N, MAX_CONFIRMATIONS
 
 if TYPE_CHECKING:
     from sleuth.agent.session import Session
@@ -35,6 +35,8 @@ class PlanFor:
     mode: Mode = "investigate"
     session: Session | None = None
     """The run the planner plans for: an LLM planner reads its images and lends its model to the tools."""
+    confirmations: int = MAX_CONFIRMATIONS
+    """The declared confirmation attempts (each tested at alpha / this)."""
 
 
 @dataclass(frozen=True)
@@ -48,12 +50,30 @@ class PlannerSpec:
     """A script that tries to get unsupported findings past the tools (calibration only; never a default)."""
     baseline_n: int = BASELINE_N
     """Images of the class baseline it asks for unless the config says otherwise."""
+    max_turns: int = 100
+    """Most turns of a run unless the config says otherwise."""
+    confirmations: Callable[[int], int] | None = None
+    """The confirmation attempts it declares for a budget (None: MAX_CONFIRMATIONS)."""
+
+
+def confirmations_by_budget(budget: int) -> int:
+    """One confirmation attempt per 500 images of the budget, from MAX_CONFIRMATIONS to 40: a larger budget finds
+    more, so it declares a larger family (each attempt is tested at alpha over the family's size)."""
+    return max(MAX_CONFIRMATIONS, min(40, budget // 500))
 
 
 def _protocol(c: PlannerConfig, p: PlanFor) -> Planner:
+    from sleuth.agent.planners.anytime import AnytimePlanner
+
+    return AnytimePlanner(p.label, p.class_prompt, baseline_n=c.baseline_n or LEAN_BASELINE_N, budget=p.budget,
+                          confirmations=p.confirmations)
+
+
+def _protocol_v2(c: PlannerConfig, p: PlanFor) -> Planner:
     from sleuth.agent.planners.lean import LeanPlanner
 
-    return LeanPlanner(p.label, p.class_prompt, baseline_n=c.baseline_n or LEAN_BASELINE_N, budget=p.budget)
+    return LeanPlanner(p.label, p.class_prompt, baseline_n=c.baseline_n or LEAN_BASELINE_N, budget=p.budget,
+                       name="protocol-v2")
 
 
 def _protocol_v1(c: PlannerConfig, p: PlanFor) -> Planner:
@@ -112,10 +132,13 @@ _ADVERSARY_HELP = {
 }
 
 PLANNERS: dict[str, PlannerSpec] = {s.name: s for s in (
-    PlannerSpec("protocol", "every caption and single-attribute perturbation screened on a ladder of small looks, "
-                            "tests of what the screen singles out, confirmation at once, one finding per failure "
-                            "mode, a stop when nothing plausible is left (offline, deterministic; the default)",
-                _protocol, baseline_n=LEAN_BASELINE_N),
+    PlannerSpec("protocol", "an anytime search: every caption and single-attribute perturbation screened on a "
+                            "ladder of small looks, tests and confirmation at once, in passes at 3x, 2x and 1.5x the "
+                            "class's failure rate while images remain; distinct findings by what their failures "
+                            "show (offline, deterministic; the default)",
+                _protocol, baseline_n=LEAN_BASELINE_N, max_turns=1000, confirmations=confirmations_by_budget),
+    PlannerSpec("protocol-v2", "the earlier protocol: one pass at 3x, at most two findings per failure mode, a stop "
+                               "when nothing plausible at 3x is left", _protocol_v2, baseline_n=LEAN_BASELINE_N),
     PlannerSpec("protocol-v1", "the earlier protocol: screens, then tests two dozen perturbations and the caption "
                                "hypotheses, refines, counterfactuals and confirms up to ten at the end", _protocol_v1),
     PlannerSpec("wiles", "captioning of failures and confirmation only (Wiles et al.'s core loop, no refinement or "
@@ -137,6 +160,18 @@ def baseline_images(config: PlannerConfig) -> int:
     """Images of the class baseline the configured planner asks for."""
     spec = PLANNERS.get(config.name)
     return config.baseline_n or (spec.baseline_n if spec is not None else BASELINE_N)
+
+
+def declared_confirmations(name: str, budget: int) -> int:
+    """The confirmation attempts the planner ``name`` declares for ``budget`` images."""
+    spec = PLANNERS.get(name)
+    return spec.confirmations(budget) if spec is not None and spec.confirmations is not None else MAX_CONFIRMATIONS
+
+
+def max_turns(config: PlannerConfig) -> int:
+    """Most turns of a run of the configured planner."""
+    spec = PLANNERS.get(config.name)
+    return config.max_turns or (spec.max_turns if spec is not None else 100)
 
 
 def build_planner(config: PlannerConfig, target: PlanFor) -> Planner:

@@ -17,6 +17,7 @@ from typing import Any
 
 from sleuth.agent.errors import RebuildError
 from sleuth.agent.events import ErrorEvent, Event, PlannerTurn, RunFinished, RunStarted, ToolReturned
+from sleuth.agent.planners import max_turns as planner_max_turns
 from sleuth.agent.planners.replay import Divergence, fast_forward
 from sleuth.agent.replay.rebuild import RecordedCall, Skipped, compare, rerun_calls, session_for
 from sleuth.agent.runner import Outcome, Planner, Runner, RunResult
@@ -68,7 +69,7 @@ def continue_run(session: Session, planner: Planner, *, max_turns: int | None = 
     ``fresh_planner``: when given (forks), a planner that does not reproduce the recorded turns is replaced by a
     fresh one that starts from the rebuilt state; without it (resume) that is an error.
     """
-    max_turns = max_turns or session.config.planner.max_turns
+    max_turns = max_turns or planner_max_turns(session.config.planner)
     with TranscriptWriter(session.transcript, resume=True) as writer:
         events = list(writer.events)
         info = Continued(transcript=session.transcript, result=RunResult(status="completed"),

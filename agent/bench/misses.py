@@ -1,0 +1,119 @@
+"""The miss report: for every planted bug a run did not find, how far it got, read from the run's transcript.
+
+Each call of the transcript that names the bug (its caption asks for the bug's attribute values, as the world's
+parser reads it) moves the bug along the stages of an investigation; the furthest stage reached is why it was
+missed. ``STAGES`` lists them, furthest first. A bug the classifier did not learn (the oracle measures it below
+``LEARNED`` x its class) is counted apart: there was little to find.
+
+The screen's verdict uses one rule for every planner: a bug *screened, not tested* had a pooled screen whose
+posterior probability of failing at twice the class's baseline rate (a Beta prior with the weight of two images,
+centred on the baseline rate of the run's class-prompt looks) was at least 0.9; *screened out* had screens below
+that.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from scipy import stats as sps
+
+LEARNED = 2.0
+"""A planted bug the oracle measures below this ratio was not learned by the classifier."""
+STAGES: tuple[str, ...] = (
+    "found",
+    "recorded, not real",
+    "confirmed, not recorded",
+    "confirmation not significant",
+    "supported, not confirmed",
+    "tested, not supported",
+    "screened, not tested",
+    "screened out",
+    "proposed, not screened",
+    "never proposed",
+)
+"""How far a planted bug got in a run, furthest first."""
+MISS_STAGES = STAGES[1:]
+
+
+def _calls(events: Iterable[dict[str, Any]]) -> list[tuple[str, dict[str, Any], dict[str, Any] | None]]:
+    """(tool name, arguments, result or None when the call failed), in call order."""
+    called: dict[str, tuple[str, dict[str, Any]]] = {}
+    out = []
+    for e in events:
+        if e.get("kind") == "tool_called":
+            args = e.get("arguments")
+            called[str(e.get("call_id"))] = (str(e.get("name")), args if isinstance(args, dict) else {})
+        elif e.get("kind") == "tool_returned":
+            name, args = called.get(str(e.get("call_id")), (str(e.get("name")), {}))
+            out.append((name, args, e.get("result") if e.get("ok") else None))
+    return out
+
+
+def _proposals(result: dict[str, Any] | None) -> list[str]:
+    if not result:
+        return []
+    return [str(x.get("caption", "")) for key in ("hypotheses", "edits", "refinements") for x in result.get(key, [])]
+
+
+def stage_of(events: Sequence[dict[str, Any]], names: Callable[[str], bool], class_prompt: str | None,
+             found: bool) -> dict[str, Any]:
+    """How far one planted bug got in one run: its stage, with the screen's pooled k/n and the tests' verdicts."""
+    base_k = base_n = 0
+    screen_k = screen_n = 0
+    proposed = False
+    tests: list[dict[str, Any]] = []
+    recorded = False
+    for name, args, result in _calls(events):
+        if name == "generate_and_classify" and result:
+            failures = (result.get("summary") or {}).get("failures") or {}
+            if args.get("prompt") == class_prompt:
+                base_k += int(failures.get("k", 0))
+                base_n += int(failures.get("n", 0))
+            elif names(str(args.get("prompt", ""))):
+                screen_k += int(failures.get("k", 0))
+                screen_n += int(failures.get("n", 0))
+        elif name in ("caption_failures", "perturb_caption"):
+            proposed = proposed or any(names(c) for c in _proposals(result))
+        elif name == "measure_rate" and result and args.get("mode", "sample") != "counterfactual":
+            if names(str(result.get("caption", ""))):
+                tests.append(result)
+        elif name == "record_finding" and result and names(str(result.get("caption", ""))):
+            recorded = True
+    discovery = [t for t in tests if t.get("purpose") == "discovery"]
+    confirmation = [t for t in tests if t.get("purpose") == "confirmation"]
+    p0 = (base_k + 1) / (base_n + 2) if base_n else None
+    p2 = None
+    if p0 is not None and screen_n:  # a Beta prior with the weight of two images, centred on the baseline rate
+        p2 = float(sps.beta.sf(min(2 * p0, 1.0), screen_k + 2 * p0, screen_n - screen_k + 2 * (1 - p0)))
+    screen = {"k": screen_k, "n": screen_n, "p_twice_baseline": p2}
+    if found:
+        stage = "found"
+    elif recorded:
+        stage = "recorded, not real"
+    elif any(t.get("verdict") == "supported" for t in confirmation):
+        stage = "confirmed, not recorded"
+    elif confirmation:
+        stage = "confirmation not significant"
+    elif any(t.get("verdict") == "supported" for t in discovery):
+        stage = "supported, not confirmed"
+    elif discovery:
+        stage = "tested, not supported"
+    elif screen_n:
+        p = screen["p_twice_baseline"]
+        stage = "screened, not tested" if p is not None and p >= 0.9 else "screened out"
+    elif proposed:
+        stage = "proposed, not screened"
+    else:
+        stage = "never proposed"
+    return {"stage": stage, "screen": screen, "tests": len(discovery), "confirmations": len(confirmation)}
+
+
+def miss_counts(bugs: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Per stage, the planted bugs the classifier learned (oracle ratio >= LEARNED) that reached it; and the bugs
+    it did not learn, apart."""
+    learned = [b for b in bugs if (b.get("ratio") or 0) >= LEARNED]
+    counts = {s: sum(1 for b in learned if b["stage"] == s) for s in STAGES}
+    return {"learned": len(learned), "not_learned": len(bugs) - len(learned),
+            "not_learned_found": sum(1 for b in bugs if (b.get("ratio") or 0) < LEARNED and b["stage"] == "found"),
+            "stages": counts}

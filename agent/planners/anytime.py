@@ -1,0 +1,645 @@
+"""The protocol planner: an anytime search that spends the budget it is given, strong effects first.
+
+Images are the cost that matters, so the search goes in passes, each aiming at a smaller effect than the last, and
+stops only when the images left cannot pay for the next step:
+
+- **Candidates**: the captions of clustered baseline failures, each of their sentences alone, and every
+  single-attribute perturbation of the class prompt (general vocabulary) the generator can render.
+- **Passes** (``PASSES``): a failure worth confirming is at least 3x the class's failure rate (and 5 points above
+  it), then 2x (2 points), then 1.5x (1 point). Each pass's tests top the class baseline up so that its smaller
+  target can show, and the class rate the screen compares with is updated from it; each pass screens on a ladder
+  of looks, and tests and confirms what the screen singles out. A candidate's screening images are pooled over
+  passes: what one pass dropped after a 3-image look, the next looks at again with more.
+- **Screening** (looks, not tests; tests run on fresh seeds): after each look a candidate's failure rate has a
+  posterior (a Beta prior with the weight of two images, centred on the baseline rate). It is tested when the
+  posterior probability that it fails at the pass's target is 90% (60% at the top of the ladder), climbs the
+  ladder while that probability is 20% or more, and is dropped for the pass below that, but never before the
+  pass's floor of images. New candidates get their first look in chunks, in turn over the kinds of candidate, so
+  the first tests come a few hundred images in.
+- **Tests and confirmation**: the surest candidate first; a supported test (or, in later passes, one whose
+  unadjusted p-value would pass a confirmation) is confirmed at once on fresh seeds, its mechanism tested on class
+  images edited against their sham-edited twins, and recorded.
+- **Distinct findings, by what differs**: before a candidate is tested, the failures of its screen are captioned;
+  the sentence most of them share and the class's own failures do not is what the candidate changes (its *idea*).
+  A candidate whose idea is a finding's idea ("on a rock" after "on a mountain top", both captioned "it is on the
+  rocks") is another phrasing of that finding and waits; so does one that holds every content word of a finding
+  and more. Different ideas are confirmed however they fail: two attributes that fail as the same wrong label are
+  two findings, grouped by that label in the answer. Other phrasings get the images and attempts left at the end.
+- **The stop** says which target the budget reached and which it could not.
+
+The tools keep the statistics' guarantees whatever a planner does; this one only decides where images go.
+Deterministic: the same results give the same turns.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Generator
+from dataclasses import dataclass, field
+
+from scipy import stats as sps
+
+from sleuth.agent.events import ToolCall
+from sleuth.agent.planners.protocol import pct, ratio_text, top_confusion
+from sleuth.agent.planners.screening import content_key
+from sleuth.agent.planners.script import Results, Script, ScriptPlanner, ok
+from sleuth.agent.runner import Turn
+from sleuth.tools import caption_failures, generate_and_classify, measure_rate, perturb_caption, record_finding
+from sleuth.tools.common import SampleSummary
+from sleuth.tools.defaults import ALPHA, MAX_CONFIRMATIONS
+
+
+@dataclass(frozen=True)
+class Target:
+    """One pass of the search: the effect it looks for and the images it may spend on one candidate."""
+
+    ratio: float
+    gain: float
+    """A failure worth confirming: at least ``ratio`` x the class rate and ``gain`` above it."""
+    ladder: tuple[int, ...]
+    """Screening images a candidate has after each rung."""
+    floor: int
+    """No candidate is dropped in this pass before it has this many screening images."""
+    test_n: int
+    """Most images of a test (and of a confirmation)."""
+    first_n: int
+    """Images of a test's first look."""
+    baseline_n: int
+    """The class baseline's size for this pass's tests."""
+
+    def worth(self, p0: float) -> float:
+        """The failure rate a candidate must plausibly reach, given the class rate ``p0``."""
+        return min(max(self.ratio * p0, p0 + self.gain), (1 + p0) / 2)
+
+    @property
+    def name(self) -> str:
+        return f"{self.ratio:g}x"
+
+
+PASSES = (
+    Target(3.0, 0.05, (3, 12, 32), 3, 300, 30, 300),
+    Target(2.0, 0.02, (32, 80, 200), 32, 800, 50, 800),
+    Target(1.5, 0.01, (80, 200, 500), 32, 2000, 100, 1500),
+)
+PRIOR_WEIGHT = 2.0
+"""Weight (in images) of the Beta prior on a candidate's failure rate, centred on the baseline rate."""
+DROP_BELOW = 0.2
+TEST_AT = 0.9
+TEST_AT_TOP = 0.6
+"""Posterior probability of a failure worth confirming: below DROP_BELOW a candidate is dropped (at or above the
+floor); at TEST_AT (or TEST_AT_TOP at the top of the ladder) it is tested on fresh seeds."""
+FIRST_LOOKS = 128
+"""New candidates given their first look per turn (then what the screen singled out is tested, surest first)."""
+PREVIEW_MIN = 3
+"""Failures a screen look needs for its captions to say what the candidate changes."""
+TEST_BATCH = 2
+COUNTERFACTUAL_N = 20
+IDEA_SHARE = 0.5
+IDEA_LIFT = 0.25
+"""A candidate's idea: the caption sentence at least IDEA_SHARE of its captioned failures share, and IDEA_LIFT more
+of them than of the class's own failures."""
+NAMED = 5
+
+
+def posterior(k: int, n: int, p0: float) -> tuple[float, float]:
+    return k + PRIOR_WEIGHT * p0, n - k + PRIOR_WEIGHT * (1 - p0)
+
+
+def plausibility(k: int, n: int, p0: float, target: Target) -> float:
+    """Posterior probability that a candidate with ``k`` failures in ``n`` screening images fails at
+    ``target.worth(p0)`` or more."""
+    return float(sps.beta.sf(target.worth(p0), *posterior(k, n, p0)))
+
+
+def score(k: int, n: int, p0: float) -> float:
+    """How surely a candidate fails often: the 20% quantile of its posterior failure rate (surest first)."""
+    return float(sps.beta.ppf(0.2, *posterior(k, n, p0)))
+
+
+def sentences(caption: str) -> int:
+    return len([x for x in caption.split(".") if x.strip()])
+
+
+def sentence_shares(hyps: list[caption_failures.Hypothesis]) -> dict[str, float]:
+    """Share of the captioned failures whose cluster caption says each sentence."""
+    total = sum(h.n_images for h in hyps)
+    shares: Counter[str] = Counter()
+    for h in hyps:
+        for s in set(h.sentences):
+            shares[s.strip().lower()] += h.n_images
+    return {s: c / total for s, c in shares.items()} if total else {}
+
+
+@dataclass(frozen=True)
+class Idea:
+    """What a candidate changes, read from the captions of its failures."""
+
+    sentences: frozenset[str] = frozenset()
+    """The sentences most of its failures share and the class's failures do not."""
+    top: str | None = None
+    """The most shared of them."""
+
+    def same(self, other: Idea) -> bool:
+        """One idea: each one's most shared sentence is among the other's."""
+        return (self.top is not None and other.top is not None and self.top in other.sentences
+                and other.top in self.sentences)
+
+
+def idea_of(hyps: list[caption_failures.Hypothesis], common: dict[str, float]) -> Idea:
+    """The sentences most of a candidate's failures share and the class's failures do not (none: an empty idea)."""
+    shares = sentence_shares(hyps)
+    # Among equally shared sentences, the one the captioner ranked first (it lists the likeliest first).
+    rank: dict[str, float] = {}
+    for h in hyps:
+        for i, s in enumerate(h.sentences):
+            rank[s.strip().lower()] = rank.get(s.strip().lower(), 0.0) + h.n_images / (i + 1)
+    kept = sorted(((v, s) for s, v in shares.items() if v >= IDEA_SHARE and v - common.get(s, 0.0) >= IDEA_LIFT),
+                  key=lambda x: (-x[0], -rank.get(x[1], 0.0), x[1]))
+    return Idea(frozenset(s for _, s in kept), kept[0][1] if kept else None)
+
+
+@dataclass(eq=False)
+class Candidate:
+    caption: str
+    kind: str
+    """'caption' (a cluster of failures or one of its sentences) or the perturbation's edit type."""
+    target: str | None = None
+    k: int = 0
+    n: int = 0
+    confusions: Counter[str] = field(default_factory=Counter)
+    looks: list[tuple[str, int]] = field(default_factory=list)
+    """Its screening looks: (measurement id, failures)."""
+    previewed: bool = False
+    state: str = "new"
+    """new | open (climbing) | test | dropped (this pass) | tested (this pass) | found | other (a finding's phrasing) |
+    unrendered."""
+    idea: Idea = field(default_factory=Idea)
+    """What the captions of its supported test's failures say it changes (``idea_of``)."""
+    tested_in: int = -1
+    """The last pass that tested it."""
+
+    @property
+    def confusion(self) -> str | None:
+        if self.target:
+            return self.target
+        return self.confusions.most_common(1)[0][0] if self.confusions else None
+
+
+def _named(cands: list[Candidate], p0: float) -> str:
+    best = sorted(cands, key=lambda c: (-score(c.k, c.n, p0), c.caption))
+    names = ", ".join(f"{c.caption!r} {c.k}/{c.n}" for c in best[:NAMED])
+    more = f", and {len(best) - NAMED} more" if len(best) > NAMED else ""
+    return f" ({names}{more})"
+
+
+def _round_robin(queues: list[list[Candidate]]) -> list[Candidate]:
+    out: list[Candidate] = []
+    while any(queues):
+        for q in queues:
+            if q:
+                out.append(q.pop(0))
+    return out
+
+
+@dataclass
+class Found:
+    candidate: Candidate
+    discovery: measure_rate.Result
+    confirmation: measure_rate.Result
+    label: str | None
+    phrasings: list[str] = field(default_factory=list)
+
+
+class AnytimePlanner(ScriptPlanner):
+    """Passes at smaller and smaller effects while images remain; distinct findings by what the failures show."""
+
+    explore_types = ("background", "domain", "object", "adjective")
+
+    def __init__(self, label: str, class_prompt: str, *, baseline_n: int | None = None, budget: int | None = None,
+                 max_hypotheses: int = 4, passes: tuple[Target, ...] = PASSES, confirmations: int = MAX_CONFIRMATIONS,
+                 name: str = "protocol") -> None:
+        super().__init__(name, model=name)
+        self.label = label
+        self.class_prompt = class_prompt
+        self.baseline_n = baseline_n or passes[0].baseline_n
+        self.budget = budget
+        self.max_hypotheses = max_hypotheses
+        self.passes = passes
+        self.confirmations = confirmations
+        """The declared confirmation attempts (the session's family; each is tested at alpha / this)."""
+        self._attempts = 0
+        self._confirmed_once = False
+        self._p0 = 0.0
+        self._common: dict[str, float] = {}
+
+    # -- budget ------------------------------------------------------------------------------------------
+
+    def confirmation_baseline(self) -> int:
+        """The confirmation baseline, drawn once at the first confirmation: larger budgets can afford the power
+        their weaker targets need."""
+        b = self.budget or 0
+        return 500 if b >= 20_000 else self.baseline_n
+
+    def _left(self) -> int | None:
+        return self.images_left() if self.budget is not None else None
+
+    def _confirm_cost(self, t: Target) -> int:
+        return t.first_n + (0 if self._confirmed_once else self.confirmation_baseline())
+
+    def _affords(self, extra: int, t: Target) -> bool:
+        left = self._left()
+        return left is None or left >= extra + self._confirm_cost(t)
+
+    def _base_n(self, t: Target) -> int:
+        return max(self.baseline_n, t.baseline_n)
+
+    def measure(self, caption: str, target: str | None, t: Target, **arguments: object) -> ToolCall:
+        return self.call("measure_rate", caption=caption, target_label=target, baseline_n=self._base_n(t),
+                         **arguments)
+
+    def _cannot_confirm(self, t: Target) -> str:
+        if self._attempts >= self.confirmations:
+            return (f"the investigation's {self.confirmations} confirmation attempts are spent (each is tested at "
+                    f"alpha/{self.confirmations})")
+        if not self._affords(0, t):
+            return "the images left cannot pay for another confirmation"
+        return ""
+
+    # -- the procedure -------------------------------------------------------------------------------------
+
+    def script(self) -> Script:
+        prompt = self.class_prompt
+        (first,) = yield self.turn(
+            f"I start with a baseline of {self.baseline_n} images of {prompt!r}: its failures are the material for "
+            "hypotheses and its rate the yardstick. Strong failures show against it; later passes top it up for "
+            "weaker ones.",
+            self.call("generate_and_classify", prompt=prompt, n=self.baseline_n),
+        )
+        base = ok(first, generate_and_classify.Result)
+        if base is None:
+            yield self.finish(f"The baseline could not be measured: {first.error}")
+            return
+        s = base.summary
+        self._p0 = (s.failures.k + 0.5) / (s.failures.n + 1)
+        calls = [self.call("perturb_caption", caption=prompt, types=list(self.explore_types), n=100,
+                           refinements=False)]
+        if s.failures.k:
+            calls.insert(0, self.call("caption_failures", measurement_id=base.measurement_id, max_sentences=3))
+        results = yield self.turn(
+            f"Baseline failure rate {pct(s.failures)}. "
+            + ("I caption the failed images (clustered by wrong label and appearance) " if s.failures.k else "")
+            + "and perturb the class prompt one attribute at a time with the general vocabulary: every candidate "
+              "gets a cheap screen before any is tested.",
+            *calls,
+        )
+        caps = ok(results[0], caption_failures.Result) if s.failures.k else None
+        pert = ok(results[-1], perturb_caption.Result)
+        self._common = sentence_shares(caps.hypotheses) if caps else {}
+        hyps = []
+        seen_h: set[frozenset[str]] = set()
+        for h in caps.hypotheses if caps else []:
+            if content_key(h.caption) not in seen_h:
+                seen_h.add(content_key(h.caption))
+                hyps.append(h)
+        hyps = hyps[: self.max_hypotheses]
+        long = [h for h in hyps if sentences(h.caption) > 2]
+        parts: Results = []
+        if long:
+            parts = yield self.turn(
+                "A failure cluster's caption mixes several attributes; each sentence alone is a candidate too, so the "
+                "screen can tell which of them carries the failures.",
+                *[self.call("perturb_caption", caption=h.caption, types=[], refinements=True) for h in long],
+            )
+        cands: list[Candidate] = []
+        keys: set[frozenset[str]] = {content_key(prompt)}
+
+        def add(caption: str, kind: str, target: str | None) -> None:
+            key = content_key(caption)
+            if key not in keys:
+                keys.add(key)
+                cands.append(Candidate(caption, kind, target))
+
+        refined = {h.caption: ok(r, perturb_caption.Result) for h, r in zip(long, parts)}
+        for h in hyps:
+            add(h.caption, "caption", h.predicted_label)
+            got = refined.get(h.caption)
+            for e in got.refinements if got else []:
+                if e.type == "single_sentence":
+                    add(e.caption, "caption", h.predicted_label)
+        for e in pert.edits if pert else []:
+            add(e.caption, e.type, None)
+        if not cands:
+            yield self.finish(f"Baseline {pct(s.failures)}; no caption cluster and no perturbation to screen.")
+            return
+        # First looks in turn over the kinds of candidate, so that every kind is looked at early.
+        by_kind: dict[str, list[Candidate]] = {}
+        for c in cands:
+            by_kind.setdefault(c.kind, []).append(c)
+        cands = _round_robin(list(by_kind.values()))
+
+        found: list[Found] = []
+        tested = supported = screened_images = 0
+        reached: list[str] = []
+        stop = ""
+        for i, t in enumerate(self.passes):
+            if i:
+                for c in cands:
+                    if c.state in ("open", "test", "dropped", "tested"):
+                        c.state = "open"
+                if not self._affords(self._pass_cost(t, cands), t):
+                    stop = (f"the images left cannot pay for a pass at {t.name} (its baseline of "
+                            f"{self._base_n(t)} images, a test and a confirmation)")
+                    break
+            yield self.turn(self._pass_intro(i, t, cands))
+            while not stop:
+                # Tests first: what the screen has singled out, surest first.
+                queue = self._order([c for c in cands if c.state == "test"], found)
+                if queue:
+                    stop = self._cannot_confirm(t)
+                    if stop:
+                        break
+                    if found:
+                        yield from self._preview(queue[:TEST_BATCH * 3])
+                    queue = [c for c in queue if not self._repeats(c, found)]
+                if queue:
+                    batch: list[Candidate] = []
+                    for c in queue:
+                        if len(batch) == TEST_BATCH or not self._affords(t.first_n * (len(batch) + 1), t):
+                            break
+                        batch.append(c)
+                    if not batch:
+                        stop = "the images left cannot pay for another test and a confirmation"
+                        break
+                    for c in batch:
+                        c.state = "tested"
+                        c.tested_in = i
+                    tested += len(batch)
+                    out = yield self.turn(
+                        f"Testing on fresh seeds ({t.name} pass): "
+                        + "; ".join(f"{c.caption!r} ({c.k}/{c.n} in the screen)" for c in batch) + ".",
+                        *[self.measure(c.caption, c.confusion, t, max_n=self._test_n(t), first_n=t.first_n)
+                          for c in batch],
+                    )
+                    for c, res in zip(batch, out):
+                        r = ok(res, measure_rate.Result)
+                        if r is None:
+                            continue
+                        self._p0 = (r.baseline.k + 0.5) / (r.baseline.n + 1)
+                        if not self._worth_confirming(r, i):
+                            continue
+                        supported += 1
+                        yield from self._read(c, r)
+                        if self._repeats(c, found):
+                            continue
+                        stop = self._cannot_confirm(t)
+                        if stop:
+                            break
+                        f = yield from self._confirm(c, r, t)
+                        if f is not None:
+                            c.state = "found"
+                            found.append(f)
+                    continue
+                plan = self._screen_plan(t, cands)
+                if not plan:
+                    break
+                left = self._left()
+                if left is not None:
+                    room = left - self._confirm_cost(t) - 2 * t.first_n
+                    fitted = []
+                    for c, more in plan:
+                        if more <= room:
+                            fitted.append((c, more))
+                            room -= more
+                    if not fitted:
+                        stop = "the images left cannot pay for more screening and still a test and a confirmation"
+                        break
+                    plan = fitted
+                fresh = all(c.state == "new" for c, _ in plan)
+                looks = yield self.turn(
+                    f"Screening {len(plan)} candidates ({sum(m for _, m in plan)} images), "
+                    + ("a first look." if fresh else f"one rung up the {t.name} ladder."),
+                    *[self.call("generate_and_classify", prompt=c.caption, n=more) for c, more in plan],
+                )
+                for (c, more), res in zip(plan, looks):
+                    look = ok(res, generate_and_classify.Result)
+                    if look is None:
+                        c.state = "unrendered"
+                        continue
+                    screened_images += more
+                    c.k += look.summary.failures.k
+                    c.n += look.summary.failures.n
+                    c.looks.append((look.measurement_id, look.summary.failures.k))
+                    c.confusions.update({x.label: x.count for x in look.summary.confusions})
+                    if look.summary.unrendered:
+                        c.state = "unrendered"  # not really this caption: nothing to test
+                        continue
+                    c.state = self._judge(c, t)
+            if stop:
+                break
+            reached.append(t.name)
+        # Other phrasings of findings, with what is left.
+        others = sorted((c for c in cands if c.state == "other"), key=lambda c: -score(c.k, c.n, self._p0))
+        t = self.passes[min(len(reached), len(self.passes) - 1)]
+        if others and not stop:
+            for c in others:
+                if self._cannot_confirm(t) or not self._affords(t.first_n, t):
+                    break
+                if any(content_key(f.candidate.caption) <= content_key(c.caption) for f in found):
+                    continue
+                (res,) = yield self.turn(
+                    f"Images and confirmation attempts are left, so I test {c.caption!r}, another phrasing of a "
+                    "finding, in case it fails for a reason of its own.",
+                    self.measure(c.caption, c.confusion, t, max_n=self._test_n(t), first_n=t.first_n))
+                tested += 1
+                r = ok(res, measure_rate.Result)
+                if r is None or not self._worth_confirming(r, len(self.passes) - 1):
+                    continue
+                supported += 1
+                yield from self._read(c, r)
+                f = yield from self._confirm(c, r, t)
+                if f is not None:
+                    c.state = "found"
+                    found.append(f)
+        yield self.finish(self._summary(s, cands, found, tested, supported, screened_images, reached, stop))
+
+    # -- pieces --------------------------------------------------------------------------------------------
+
+    def _pass_intro(self, i: int, t: Target, cands: list[Candidate]) -> str:
+        worth = t.worth(self._p0)
+        head = (f"{len(cands)} candidates. " if not i else
+                f"Pass {i + 1}: images remain, so I look for smaller effects. ")
+        return (head + f"A failure worth confirming now fails at {100 * worth:.1f}% or more ({t.ratio:g}x the class "
+                f"and {100 * t.gain:g} points above it). A candidate climbs a ladder of "
+                f"{', '.join(map(str, t.ladder))} screening images while the screen leaves at least a "
+                f"{DROP_BELOW:.0%} chance that it fails that often"
+                + (f" (none is dropped before {t.floor} images)" if t.floor > t.ladder[0] or i else "")
+                + f"; at {TEST_AT:.0%} it is tested on fresh seeds (up to {t.test_n} images), surest first, and a "
+                  "supported test is confirmed at once.")
+
+    def _pass_cost(self, t: Target, cands: list[Candidate]) -> int:
+        """The least a pass must be able to pay: its baseline top-up and one test's first look."""
+        return max(0, self._base_n(t) - self._base_n(self.passes[0])) + 2 * t.first_n
+
+    def _order(self, queue: list[Candidate], found: list[Found]) -> list[Candidate]:
+        """Test order: a wrong label with fewer findings first (so that one catch-all label's many real failures do
+        not take every attempt), then a kind of candidate with fewer findings, then the surest, then the shortest
+        caption."""
+        labels = Counter(f.label for f in found)
+        kinds = Counter(f.candidate.kind for f in found)
+        return sorted(queue, key=lambda c: (labels[c.confusion], kinds[c.kind], -score(c.k, c.n, self._p0),
+                                            sentences(c.caption), c.caption))
+
+    def _judge(self, c: Candidate, t: Target) -> str:
+        p = plausibility(c.k, c.n, self._p0, t)
+        top = c.n >= t.ladder[-1]
+        if p >= TEST_AT or (top and p >= TEST_AT_TOP):
+            return "test"
+        if top or (p < DROP_BELOW and c.n >= t.floor):
+            return "dropped"
+        return "open"
+
+    def _screen_plan(self, t: Target, cands: list[Candidate]) -> list[tuple[Candidate, int]]:
+        """The next look: new candidates first (a chunk), then those below the pass's floor (surest first, a
+        chunk), then every candidate still climbing, one rung up."""
+        fresh = [c for c in cands if c.state == "new"]
+        if fresh:
+            return [(c, t.ladder[0]) for c in fresh[:FIRST_LOOKS]]
+        for c in cands:  # a new pass's verdict on what earlier passes screened
+            if c.state == "open" and c.n:
+                c.state = self._judge(c, t)
+        low = sorted((c for c in cands if c.state == "open" and c.n < t.floor),
+                     key=lambda c: (-score(c.k, c.n, self._p0), c.caption))
+        if low:
+            return [(c, t.floor - c.n) for c in low[:FIRST_LOOKS]]
+        climbing = [c for c in cands if c.state == "open"]
+        out = []
+        for c in climbing:
+            rung = next((r for r in t.ladder if r > c.n), None)
+            if rung is not None:
+                out.append((c, rung - c.n))
+        return out
+
+    def _test_n(self, t: Target) -> int:
+        left = self._left()
+        if left is None:
+            return t.test_n
+        return max(t.first_n, min(t.test_n, (left - self._confirm_cost(t)) // 2))
+
+    def _worth_confirming(self, r: measure_rate.Result, i: int) -> bool:
+        """Supported after correction over every discovery test, or (after the first pass, when the family of
+        tests has grown) an unadjusted p-value a confirmation attempt would pass."""
+        if r.hypothesis is None or r.rate_ratio is None or r.rate_ratio.ratio <= 1:
+            return False
+        return r.verdict == "supported" or (i > 0 and r.p_value <= ALPHA / self.confirmations)
+
+    def _preview(self, queue: list[Candidate]) -> Generator[Turn, Results, None]:
+        """Captions the failures of the screens of candidates about to be tested (their look with the most, if it
+        has PREVIEW_MIN or more): one that reads as a finding's idea waits for the end instead of taking a test."""
+        todo = [c for c in queue if not c.previewed and c.looks and max(k for _, k in c.looks) >= PREVIEW_MIN]
+        for c in queue:
+            c.previewed = True
+        if not todo:
+            return
+        out = yield self.turn(
+            "Before testing, I caption the failures of their screens: one that reads as another phrasing of a "
+            "finding waits for the end.",
+            *[self.call("caption_failures", measurement_id=max(c.looks, key=lambda x: x[1])[0], max_clusters=1,
+                        max_sentences=3, min_cluster_size=1) for c in todo])
+        for c, res in zip(todo, out):
+            got = ok(res, caption_failures.Result)
+            if got is not None:
+                c.idea = idea_of(got.hypotheses, self._common)
+
+    def _read(self, c: Candidate, r: measure_rate.Result) -> Generator[Turn, Results, None]:
+        """Captions the failures of a supported test: the candidate's idea."""
+        if r.measurement_id is None:
+            return
+        (res,) = yield self.turn(
+            f"Before confirming {c.caption!r}, I caption the failures of its test: the sentences most of them share "
+            "and the class's own failures do not say what it changes, so that another phrasing of a finding is not "
+            "confirmed twice.",
+            self.call("caption_failures", measurement_id=r.measurement_id, max_clusters=1, max_sentences=3,
+                      min_cluster_size=1))
+        got = ok(res, caption_failures.Result)
+        if got is not None:
+            c.idea = idea_of(got.hypotheses, self._common)
+
+    def _repeats(self, c: Candidate, found: list[Found]) -> bool:
+        """Another phrasing of a finding (the same idea, or every content word of a finding's caption and more):
+        it waits for the end, and the finding lists it."""
+        for f in found:
+            if c.idea.same(f.candidate.idea) or content_key(f.candidate.caption) <= content_key(c.caption):
+                f.phrasings.append(c.caption)
+                c.state = "other"
+                return True
+        return False
+
+    def _confirm(self, c: Candidate, r: measure_rate.Result, t: Target) -> Generator[Turn, Results, Found | None]:
+        target = c.confusion or top_confusion(r)
+        (first,) = yield self.turn(
+            f"{c.caption!r} is supported in discovery: {pct(r.hypothesis.failures) if r.hypothesis else 'n/a'} vs "
+            f"{pct(r.baseline)}, {ratio_text(r.rate_ratio)}, p={r.p_value:.2g} (adjusted {r.adjusted_p:.2g}). I "
+            "confirm it now, on fresh seeds disjoint from every image so far.",
+            self.call("measure_rate", caption=c.caption, target_label=target, confirm=True, max_n=t.test_n,
+                      first_n=t.first_n, baseline_n=self.confirmation_baseline()),
+        )
+        self._confirmed_once = True
+        self._attempts += 1
+        conf = ok(first, measure_rate.Result)
+        if conf is None or conf.verdict != "supported" or conf.hypothesis is None:
+            why = first.error if conf is None else f"adjusted p={conf.adjusted_p:.2g}"
+            yield self.turn(f"{c.caption!r} did not replicate on fresh seeds ({why}); it is not recorded.")
+            return None
+        cf: measure_rate.Result | None = None
+        cf_text = "no counterfactual test: the images left are kept for confirmations"
+        if self._affords(3 * COUNTERFACTUAL_N, t):
+            (got,) = yield self.turn(
+                f"Confirmed: {pct(conf.hypothesis.failures)} vs {pct(conf.baseline)} (adjusted p="
+                f"{conf.adjusted_p:.2g}). Before recording, the mechanism: {COUNTERFACTUAL_N} class images "
+                "edited to the caption, each against its sham-edited twin (exact McNemar).",
+                self.call("measure_rate", caption=c.caption, target_label=target, mode="counterfactual",
+                          max_n=COUNTERFACTUAL_N, baseline_n=self._base_n(t)),
+            )
+            cf = ok(got, measure_rate.Result)
+            cf_text = (f"edits flipped {cf.mcnemar.b} images to failure and {cf.mcnemar.c} back (McNemar "
+                       f"p={cf.mcnemar.p_value:.2g})" if cf is not None and cf.mcnemar is not None
+                       else "counterfactual unavailable")
+        (rec,) = yield self.turn(
+            f"Recording {c.caption!r}.",
+            self.call("record_finding", caption=c.caption, discovery_test=r.test_id, confirmation_test=conf.test_id,
+                      counterfactual_test=cf.test_id if cf is not None else None,
+                      summary=f"{c.caption!r} fails {pct(conf.hypothesis.failures)}, {ratio_text(conf.rate_ratio)} "
+                              f"the baseline on fresh seeds; {cf_text}."),
+        )
+        if ok(rec, record_finding.Result) is None:
+            return None
+        return Found(c, r, conf, target)
+
+    def _summary(self, s: SampleSummary, cands: list[Candidate], found: list[Found],
+                 tested: int, supported: int, screened_images: int, reached: list[str], stop: str) -> str:
+        base = s.failures
+        groups: dict[str | None, list[Found]] = {}
+        for f in sorted(found, key=lambda f: -(f.confirmation.rate_ratio.low if f.confirmation.rate_ratio else 0)):
+            groups.setdefault(f.label, []).append(f)
+
+        def one(f: Found) -> str:
+            more = f" (also phrased {', '.join(repr(p) for p in f.phrasings[:3])})" if f.phrasings else ""
+            return f"{f.candidate.caption!r} {ratio_text(f.confirmation.rate_ratio)}{more}"
+
+        listing = " ".join(f"Failing as {label or 'other labels'}: " + "; ".join(one(f) for f in fs) + "."
+                           for label, fs in groups.items())
+        untested = [c for c in cands if c.state == "test"]
+        names = [t.name for t in self.passes]
+        unreached = [n for n in names if n not in reached]
+        reach = (f"Searched for effects down to {reached[-1]} the class rate"
+                 if reached else "No pass was completed")
+        text = (f"Baseline for {self.label}: {pct(base)}. {len(cands)} candidates screened on {screened_images} "
+                f"images; {tested} tests, {supported} supported, {len(found)} confirmed. "
+                + (f"Confirmed findings, grouped by the wrong label: {listing} " if found
+                   else "No finding was confirmed. ")
+                + (f"Singled out by the screen but not tested before the stop: {len(untested)}"
+                   + _named(untested, self._p0) + ". " if untested else "")
+                + f"{reach}"
+                + (f"; not reached: {', '.join(unreached)} ({stop})." if unreached and stop else
+                   f"; stopped: {stop}." if stop else "; every pass ran to its end."))
+        return text

@@ -1,0 +1,210 @@
+"""The protocol planner (an anytime search in passes at 3x, 2x and 1.5x) through the real loop on the fake backend
+set, whose one failure (snow, 60% against 3%) is known exactly, and its pieces on hand-made candidates."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from sleuth.agent.planners import confirmations_by_budget, declared_confirmations
+from sleuth.agent.planners.anytime import (
+    PASSES,
+    AnytimePlanner,
+    Candidate,
+    Found,
+    Idea,
+    idea_of,
+    plausibility,
+    score,
+)
+from sleuth.agent.planners.lean import LeanPlanner
+from sleuth.agent.planners.screening import content_key
+from sleuth.agent.transcript import read_transcript
+from sleuth.tools.caption_failures import Hypothesis
+from tests.fakeworld import fake_backends, new_session, unrendered
+
+CAT = "a realistic photograph of a cat"
+SNOW = content_key(CAT + " in the snow.")
+
+
+def run(tmp_path, planner, budget=6_000, backends=None, **settings):
+    session = new_session(backends or fake_backends(), tmp_path, budget=budget, **settings)
+    result = session.run(planner)
+    return session, result, read_transcript(session.transcript)
+
+
+def final(events) -> str:
+    return [e for e in events if e.kind == "planner_turn"][-1].reasoning
+
+
+def images_until_first_finding(events) -> int:
+    used = 0
+    for e in events:
+        if e.kind == "tool_returned":
+            used += e.images_used or 0
+        if e.kind == "finding":
+            return used
+    raise AssertionError("no finding")
+
+
+def test_each_pass_aims_lower_and_screens_longer():
+    p0 = 0.03
+    worths = [t.worth(p0) for t in PASSES]
+    assert worths == pytest.approx([max(3 * p0, p0 + 0.05), max(2 * p0, p0 + 0.02), max(1.5 * p0, p0 + 0.01)])
+    # Later passes look longer before they drop anything, and test on more images.
+    assert [t.floor for t in PASSES] == sorted(t.floor for t in PASSES)
+    assert [t.test_n for t in PASSES] == sorted(t.test_n for t in PASSES)
+    # A 15x failure at 29% screened 0/3 is dropped by the first pass's rule, and one at 9/32 is tested in the second.
+    first, second = PASSES[0], PASSES[1]
+    assert plausibility(0, 3, p0, first) < 0.2
+    assert plausibility(9, 32, p0, second) >= 0.9
+    assert plausibility(1, 32, p0, second) < 0.2
+    assert score(10, 12, p0) > score(4, 12, p0) > score(0, 3, p0)
+
+
+def test_it_confirms_the_known_failure_early_and_keeps_looking_while_images_remain(tmp_path):
+    session, result, events = run(tmp_path, AnytimePlanner("cat", CAT, budget=6_000, confirmations=12))
+    assert result.status == "completed"
+    inv = session.investigation
+    assert [content_key(f.caption) for f in inv.findings] == [SNOW]
+    assert inv.findings[0].counterfactual is not None
+    assert images_until_first_finding(events) < 1500
+    # Where the earlier planner stops once nothing plausible at 3x is left, this one goes on to the weaker targets.
+    v2, _, _ = run(tmp_path / "v2", LeanPlanner("cat", CAT, budget=6_000))
+    assert v2.investigation.budget.used < inv.budget.used
+    turns = [e.reasoning for e in events if e.kind == "planner_turn"]
+    assert any(t.startswith("Pass 2:") for t in turns)
+    assert "Searched for effects down to" in final(events)
+
+
+def test_it_is_deterministic(tmp_path):
+    a, _, _ = run(tmp_path / "a", AnytimePlanner("cat", CAT, budget=3_000))
+    b, _, _ = run(tmp_path / "b", AnytimePlanner("cat", CAT, budget=3_000))
+    assert a.investigation.findings == b.investigation.findings
+    assert [t.p_value for t in a.investigation.tests] == [t.p_value for t in b.investigation.tests]
+
+
+def test_nothing_to_find_spends_the_passes_and_says_so(tmp_path):
+    class Perfect:
+        id = "perfect"
+        labels = fake_backends().classifier.labels
+
+        def logits(self, images):
+            return np.tile(np.array([5.0, 0.0, 0.0], np.float32), (len(images), 1))
+
+    backends = fake_backends()
+    backends.classifier = Perfect()
+    session, result, events = run(tmp_path, AnytimePlanner("cat", CAT, budget=20_000), budget=20_000,
+                                  backends=backends)
+    assert result.status == "completed" and session.investigation.findings == []
+    assert session.investigation.tests == []
+    text = final(events)
+    assert "No finding was confirmed" in text and "every pass ran to its end" in text
+    # Every candidate the generator can render was looked at up to the last pass's floor before it was let go;
+    # the others once (the generator reported the words it cannot draw).
+    screens = [e for e in events if e.kind == "tool_called" and e.name == "generate_and_classify"][1:]
+    per_caption: Counter[str] = Counter()
+    for e in screens:
+        per_caption[e.arguments["prompt"]] += e.arguments["n"]
+    drawn = {n for p, n in per_caption.items() if not unrendered(p)}
+    assert drawn == {max(t.floor for t in PASSES)}
+    assert {n for p, n in per_caption.items() if unrendered(p)} == {PASSES[0].ladder[0]}
+
+
+@pytest.mark.parametrize("budget", [400, 700, 1000, 2500])
+def test_a_tight_budget_is_never_overrun_and_the_stop_says_so(tmp_path, budget):
+    session, result, events = run(tmp_path, AnytimePlanner("cat", CAT, budget=budget), budget=budget)
+    assert result.status in ("completed", "budget_spent")
+    assert session.investigation.budget.used <= budget
+    text = final(events)
+    assert "not reached" in text or "could not be measured" in text
+    tests = {t.id: t for t in session.investigation.tests}
+    assert all(tests[f.confirmation.test_id].purpose == "confirmation" for f in session.investigation.findings)
+
+
+def test_the_declared_family_bounds_the_attempts_and_the_stop_names_it(tmp_path):
+    session, _, events = run(tmp_path, AnytimePlanner("cat", CAT, budget=6_000, confirmations=1), confirmations=1)
+    confirms = [e for e in events if e.kind == "tool_called" and e.name == "measure_rate"
+                and e.arguments.get("confirm")]
+    assert len(confirms) == 1
+    # The other phrasing of snow was supported too, and is named, not confirmed again.
+    assert "(also phrased 'a realistic photograph of a cat. it is in the snow. it is daytime.')" in final(events)
+    # With no attempt to spend, the run stops before its first test and says why, naming what it singled out.
+    session, _, events = run(tmp_path / "none", AnytimePlanner("cat", CAT, budget=6_000, confirmations=0))
+    assert session.investigation.tests == []
+    text = final(events)
+    assert "the investigation's 0 confirmation attempts are spent" in text
+    assert "Singled out by the screen but not tested before the stop: " in text and "not reached: 3x" in text
+
+
+def test_the_session_declares_the_planners_family_and_records_it(tmp_path):
+    assert confirmations_by_budget(2_000) == 10 and confirmations_by_budget(10_000) == 20
+    assert confirmations_by_budget(20_000) == 40 and confirmations_by_budget(100_000) == 40
+    assert declared_confirmations("protocol", 10_000) == 20
+    assert declared_confirmations("protocol-v2", 10_000) == 10
+    session = new_session(fake_backends(), tmp_path / "a", budget=10_000)
+    assert session.investigation.max_confirmations == 20 and session.config.confirmations == 20
+    assert session.started_event("protocol").config["confirmations"] == 20
+    own = new_session(fake_backends(), tmp_path / "b", budget=10_000, confirmations=7,
+                      planner={"name": "protocol-v2"})
+    assert own.investigation.max_confirmations == 7
+
+
+def test_ideas_come_from_what_the_failures_share_and_the_class_does_not():
+    def hyp(n: int, *sentences: str) -> Hypothesis:
+        return Hypothesis(caption="x", predicted_label="y", n_images=n, sentences=list(sentences), mean_loglik=[],
+                          images=[])
+
+    common = {"the cat is grey": 0.6, "it is daytime": 1.0}
+    rock = idea_of([hyp(6, "it is on the rocks", "the cat is grey"), hyp(2, "it is on the rocks", "it is daytime")],
+                   common)
+    assert rock == Idea(frozenset({"it is on the rocks"}), "it is on the rocks")  # 'grey': as common in the class
+    mountain = idea_of([hyp(3, "it is on the rocks", "it is in the fog")], common)
+    snow = idea_of([hyp(5, "it is in the snow", "the background is white"), hyp(1, "it is daytime")], common)
+    assert snow.sentences == {"it is in the snow", "the background is white"} and snow.top == "it is in the snow"
+    assert rock.same(mountain) and mountain.same(rock) and not rock.same(snow)
+    # A sentence two ideas share by the way does not make them one: each one's most shared sentence must be in both.
+    white = idea_of([hyp(4, "the cat is white", "the background is white")], common)
+    assert white.top == "the background is white" or not white.same(snow)
+    assert not Idea(frozenset({"a", "b"}), "a").same(Idea(frozenset({"b", "c"}), "c"))
+    assert idea_of([], common) == Idea() and not Idea().same(Idea())
+
+
+def test_another_phrasing_of_a_finding_waits_and_a_different_idea_is_confirmed():
+    planner = AnytimePlanner("cat", CAT)
+
+    def cand(caption: str, *idea: str) -> Candidate:
+        return Candidate(caption, "background", idea=Idea(frozenset(idea), idea[0] if idea else None))
+
+    rock = cand("a cat on a rock", "it is on the rocks")
+    finding = Found(rock, None, None, "snow leopard")  # type: ignore[arg-type]
+    assert planner._repeats(cand("a cat on a mountain top", "it is on the rocks", "it is in the fog"), [finding])
+    assert planner._repeats(cand("a cat on a grey rock"), [finding])  # every word of the finding and more
+    assert not planner._repeats(cand("a cat in the snow", "it is in the snow"), [finding])
+    assert finding.phrasings == ["a cat on a mountain top", "a cat on a grey rock"]
+    assert not planner._repeats(cand("a cat by the sea", "it is in the water", "it is on the rocks"), [finding])
+
+
+def test_tests_go_to_a_wrong_label_with_fewer_findings_first():
+    planner = AnytimePlanner("cat", CAT)
+    planner._p0 = 0.03
+    strong = Candidate("a", "background", k=12, n=12, confusions=Counter({"cat": 12}))
+    weaker = Candidate("b", "background", k=6, n=12, confusions=Counter({"fence": 6}))
+    surest_first = planner._order([weaker, strong], [])
+    assert [c.caption for c in surest_first] == ["a", "b"]
+    done = Found(Candidate("c", "domain", confusions=Counter({"cat": 3})), None, None, "cat")  # type: ignore[arg-type]
+    assert [c.caption for c in planner._order([strong, weaker], [done])] == ["b", "a"]
+
+
+def test_a_new_pass_looks_again_at_what_the_first_dropped():
+    planner = AnytimePlanner("cat", CAT)
+    planner._p0 = 0.03
+    first, second = PASSES[0], PASSES[1]
+    dropped = Candidate("a", "background", k=0, n=3, state="dropped")
+    climbing = Candidate("b", "background", k=2, n=12, state="open")
+    assert planner._judge(dropped, first) == "dropped"
+    dropped.state = "open"  # what a new pass does to every candidate not tested, found or set aside
+    plan = planner._screen_plan(second, [dropped, climbing])
+    assert sorted((c.caption, more) for c, more in plan) == [("a", second.floor - 3), ("b", second.floor - 12)]
