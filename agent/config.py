@@ -211,5 +211,6 @@ def public_url(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
 
 
-AuditSettingsNames = ("seed", "criterion", "alpha", "backends", "planner", "classes", "budget", "executor")
+AuditSettingsNames = ("seed", "criterion", "alpha", "confirmations", "backends", "planner", "classes", "budget",
+                      "executor")
 """Top-level settings of an audit file."""

@@ -113,7 +113,7 @@ def test_wall_time_budget_ends_each_class_cleanly(tmp_path):
     ({"classes": ["cat"], "backends": {"classifier": "nope:x"}}, "unknown classifier kind 'nope'"),
     ({"classes": ["cat"], "backends": {"wrld": "default"}}, "backends.wrld: unknown setting"),
     ({"classes": ["cat"], "planner": "oracle"},
-     "planner.name: unknown planner 'oracle' (known: protocol, protocol-v1, wiles"),
+     "planner.name: unknown planner 'oracle' (known: protocol, protocol-v2, protocol-v1, wiles"),
     ({"classes": ["cat"], "planner": {"llm": "m", "llm_retry": 2}}, "did you mean 'llm_retries'"),
 ])
 def test_bad_configs_are_one_line_errors(settings, message):

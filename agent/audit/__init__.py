@@ -188,7 +188,7 @@ class Audit:
             return session_for(recorded, cdir, backends=self.backends, progress=self.progress, command="audit")
         c = self.config
         config = RunConfig(label=label, budget=images, audit=self.run_dir.name, seed=c.seed, criterion=c.criterion,
-                           alpha=c.alpha, backends=c.backends, planner=c.planner,
+                           alpha=c.alpha, confirmations=c.confirmations, backends=c.backends, planner=c.planner,
                            limits={"per_class": c.budget.per_class, "total": c.budget.total})
         return Session(backends=self.backends, config=config, run_dir=cdir, progress=self.progress, command="audit")
 

@@ -106,7 +106,7 @@ def _llm(c: PlannerConfig, p: PlanFor) -> Planner:
     assert c.llm is not None  # PlannerConfig refuses the llm planner without a model
     client = LLMClient(c.llm)
     planner = LLMPlanner(client, investigation_tools(), label=p.label, class_prompt=p.class_prompt, labels=p.labels,
-                         budget=p.budget, alpha=p.alpha, mode=p.mode,
+                         budget=p.budget, alpha=p.alpha, mode=p.mode, confirmations=p.confirmations,
                          context=ContextConfig(max_tokens=c.context_tokens, sees_images=c.sees_images))
     if p.session is not None:
         planner.artifacts = p.session.artifacts

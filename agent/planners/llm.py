@@ -30,7 +30,7 @@ from sleuth.agent.llm.summaries import expand_refs
 from sleuth.agent.llm.toolcalls import extract_tool_calls
 from sleuth.agent.runner import Turn
 from sleuth.tools.artifacts import ArtifactStore
-from sleuth.tools.defaults import ALPHA
+from sleuth.tools.defaults import ALPHA, MAX_CONFIRMATIONS
 from sleuth.tools.registry import Registry
 
 Mode = Literal["investigate", "chat"]
@@ -55,11 +55,13 @@ def load_prompt(name: str) -> str:
 
 
 def system_prompt(*, label: str, class_prompt: str, labels: Sequence[str], budget: int | None, alpha: float,
-                  mode: Mode) -> str:
+                  mode: Mode, confirmations: int = MAX_CONFIRMATIONS) -> str:
     text = Template(load_prompt("system.md")).safe_substitute(
         label=label, class_prompt=class_prompt, labels=", ".join(labels),
-        budget=f"{budget:,}" if budget is not None else "not set", alpha=alpha, mode_notes=MODE_NOTES[mode])
-    return text.rstrip() + "\n\n" + load_prompt("tools.md").rstrip() + "\n"
+        budget=f"{budget:,}" if budget is not None else "not set", alpha=alpha, mode_notes=MODE_NOTES[mode],
+        confirmations=confirmations)
+    tools = Template(load_prompt("tools.md")).safe_substitute(confirmations=confirmations)
+    return text.rstrip() + "\n\n" + tools.rstrip() + "\n"
 
 
 def parse_arguments(raw: str, known_refs: list[str]) -> dict[str, Any] | str:
@@ -134,7 +136,8 @@ class LLMPlanner:
     def __init__(self, client: LLMClient, registry: Registry, *, label: str, class_prompt: str,
                  labels: Sequence[str], budget: int | None = None, alpha: float = ALPHA, mode: Mode = "investigate",
                  context: ContextConfig | None = None, artifacts: ArtifactStore | None = None,
-                 max_failed_turns: int = 3, max_empty_retries: int = 2, max_text_turns: int = 3) -> None:
+                 max_failed_turns: int = 3, max_empty_retries: int = 2, max_text_turns: int = 3,
+                 confirmations: int = MAX_CONFIRMATIONS) -> None:
         self.client = client
         self.registry = registry
         self.model = client.config.model
@@ -148,7 +151,7 @@ class LLMPlanner:
         self.max_empty_retries = max_empty_retries
         self.max_text_turns = max_text_turns
         self.system = system_prompt(label=label, class_prompt=class_prompt, labels=labels, budget=budget,
-                                    alpha=alpha, mode=mode)
+                                    alpha=alpha, mode=mode, confirmations=confirmations)
         self.task = Template(INVESTIGATE_TASK).substitute(label=label) if mode == "investigate" else None
         self._tools = registry.schemas()
         self.json_calls = client.config.call_format == "json" and mode == "investigate"
