@@ -68,8 +68,10 @@ def test_it_confirms_the_known_failure_early_and_keeps_looking_while_images_rema
     session, result, events = run(tmp_path, AnytimePlanner("cat", CAT, budget=6_000, confirmations=12))
     assert result.status == "completed"
     inv = session.investigation
-    assert [content_key(f.caption) for f in inv.findings] == [SNOW]
+    # One finding: snow, under whichever phrasing screened surest; the other phrasing is listed with it.
+    assert len(inv.findings) == 1 and SNOW <= content_key(inv.findings[0].caption), [f.caption for f in inv.findings]
     assert inv.findings[0].counterfactual is not None
+    assert "also phrased" in final(events)
     assert images_until_first_finding(events) < 1500
     # Where the earlier planner stops once nothing plausible at 3x is left, this one goes on to the weaker targets.
     v2, _, _ = run(tmp_path / "v2", LeanPlanner("cat", CAT, budget=6_000))
@@ -130,7 +132,7 @@ def test_the_declared_family_bounds_the_attempts_and_the_stop_names_it(tmp_path)
                 and e.arguments.get("confirm")]
     assert len(confirms) == 1
     # The other phrasing of snow was supported too, and is named, not confirmed again.
-    assert "(also phrased 'a realistic photograph of a cat. it is in the snow. it is daytime.')" in final(events)
+    assert "(also phrased 'a realistic photograph of a cat" in final(events)
     # With no attempt to spend, the run stops before its first test and says why, naming what it singled out.
     session, _, events = run(tmp_path / "none", AnytimePlanner("cat", CAT, budget=6_000, confirmations=0))
     assert session.investigation.tests == []
@@ -187,15 +189,21 @@ def test_another_phrasing_of_a_finding_waits_and_a_different_idea_is_confirmed()
     assert not planner._repeats(cand("a cat by the sea", "it is in the water", "it is on the rocks"), [finding])
 
 
-def test_tests_go_to_a_wrong_label_with_fewer_findings_first():
+def test_tests_go_surest_first_discounted_by_their_wrong_labels_findings():
     planner = AnytimePlanner("cat", CAT)
     planner._p0 = 0.03
-    strong = Candidate("a", "background", k=12, n=12, confusions=Counter({"cat": 12}))
-    weaker = Candidate("b", "background", k=6, n=12, confusions=Counter({"fence": 6}))
-    surest_first = planner._order([weaker, strong], [])
-    assert [c.caption for c in surest_first] == ["a", "b"]
-    done = Found(Candidate("c", "domain", confusions=Counter({"cat": 3})), None, None, "cat")  # type: ignore[arg-type]
-    assert [c.caption for c in planner._order([strong, weaker], [done])] == ["b", "a"]
+    strong = Candidate("a", "background", k=12, n=12, confusions=Counter({"cat": 12}))  # 20% quantile 0.79
+    weaker = Candidate("b", "background", k=9, n=12, confusions=Counter({"fence": 9}))  # 0.54
+    weak = Candidate("c", "background", k=6, n=12, confusions=Counter({"fence": 6}))  # 0.32
+    assert [c.caption for c in planner._order([weak, weaker, strong], [])] == ["a", "b", "c"]
+
+    def found(label: str) -> Found:
+        return Found(Candidate("x", "domain"), None, None, label)  # type: ignore[arg-type]
+
+    # One finding as 'cat' divides 0.79 by 1.5 (0.53): 'b' (0.54) goes first; two divide it by 2 (0.40).
+    assert [c.caption for c in planner._order([strong, weaker, weak], [found("cat")])] == ["b", "a", "c"]
+    assert [c.caption for c in planner._order([strong, weaker, weak], [found("cat")] * 2)] == ["b", "a", "c"]
+    assert [c.caption for c in planner._order([strong, weak], [found("cat")] * 2)] == ["a", "c"]
 
 
 def test_a_new_pass_looks_again_at_what_the_first_dropped():

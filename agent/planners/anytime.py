@@ -66,6 +66,9 @@ class Target:
     """Images of a test's first look."""
     baseline_n: int
     """The class baseline's size for this pass's tests."""
+    test_from: int
+    """Screening images a candidate needs before it is tested: among a hundred candidates some screen high by
+    chance, and a look of this size costs less than the test it saves."""
 
     def worth(self, p0: float) -> float:
         """The failure rate a candidate must plausibly reach, given the class rate ``p0``."""
@@ -77,9 +80,9 @@ class Target:
 
 
 PASSES = (
-    Target(3.0, 0.05, (3, 12, 32), 3, 300, 30, 300),
-    Target(2.0, 0.02, (32, 80, 200), 32, 800, 50, 800),
-    Target(1.5, 0.01, (80, 200, 500), 32, 2000, 100, 1500),
+    Target(3.0, 0.05, (3, 12, 32), 3, 300, 30, 300, 3),
+    Target(2.0, 0.02, (32, 80, 200), 32, 800, 50, 800, 80),
+    Target(1.5, 0.01, (80, 200, 500), 32, 2000, 100, 1500, 200),
 )
 PRIOR_WEIGHT = 2.0
 """Weight (in images) of the Beta prior on a candidate's failure rate, centred on the baseline rate."""
@@ -90,6 +93,8 @@ TEST_AT_TOP = 0.6
 floor); at TEST_AT (or TEST_AT_TOP at the top of the ladder) it is tested on fresh seeds."""
 FIRST_LOOKS = 128
 """New candidates given their first look per turn (then what the screen singled out is tested, surest first)."""
+CHUNK = 24
+"""Candidates screened per turn after their first look."""
 PREVIEW_MIN = 3
 """Failures a screen look needs for its captions to say what the candidate changes."""
 TEST_BATCH = 2
@@ -401,6 +406,8 @@ class AnytimePlanner(ScriptPlanner):
                     continue
                 plan = self._screen_plan(t, cands)
                 if not plan:
+                    if any(c.state == "test" for c in cands):
+                        continue  # the re-judged screen singled out candidates: test them first
                     break
                 left = self._left()
                 if left is not None:
@@ -456,6 +463,8 @@ class AnytimePlanner(ScriptPlanner):
                     continue
                 supported += 1
                 yield from self._read(c, r)
+                if any(c.idea.same(f.candidate.idea) for f in found):
+                    continue  # its own failures read as a finding's idea too
                 f = yield from self._confirm(c, r, t)
                 if f is not None:
                     c.state = "found"
@@ -481,42 +490,45 @@ class AnytimePlanner(ScriptPlanner):
         return max(0, self._base_n(t) - self._base_n(self.passes[0])) + 2 * t.first_n
 
     def _order(self, queue: list[Candidate], found: list[Found]) -> list[Candidate]:
-        """Test order: a wrong label with fewer findings first (so that one catch-all label's many real failures do
-        not take every attempt), then a kind of candidate with fewer findings, then the surest, then the shortest
-        caption."""
+        """Test order: the surest screen first (the 20% quantile of its failure rate), divided by 1 + half the
+        findings its wrong label already has (so that one catch-all label's many real failures do not take every
+        attempt), then the shortest caption."""
         labels = Counter(f.label for f in found)
-        kinds = Counter(f.candidate.kind for f in found)
-        return sorted(queue, key=lambda c: (labels[c.confusion], kinds[c.kind], -score(c.k, c.n, self._p0),
+        return sorted(queue, key=lambda c: (-score(c.k, c.n, self._p0) / (1 + labels[c.confusion] / 2),
                                             sentences(c.caption), c.caption))
 
     def _judge(self, c: Candidate, t: Target) -> str:
         p = plausibility(c.k, c.n, self._p0, t)
         top = c.n >= t.ladder[-1]
-        if p >= TEST_AT or (top and p >= TEST_AT_TOP):
+        if (p >= TEST_AT and c.n >= t.test_from) or (top and p >= TEST_AT_TOP):
             return "test"
         if top or (p < DROP_BELOW and c.n >= t.floor):
             return "dropped"
         return "open"
 
     def _screen_plan(self, t: Target, cands: list[Candidate]) -> list[tuple[Candidate, int]]:
-        """The next look: new candidates first (a chunk), then those below the pass's floor (surest first, a
-        chunk), then every candidate still climbing, one rung up."""
+        """The next look: new candidates first, then those below the pass's floor, then those still climbing, one
+        rung up; surest first, CHUNK at a time, so that what a look singles out is tested before the next. Nothing
+        while a candidate waits for its test."""
         fresh = [c for c in cands if c.state == "new"]
         if fresh:
             return [(c, t.ladder[0]) for c in fresh[:FIRST_LOOKS]]
         for c in cands:  # a new pass's verdict on what earlier passes screened
             if c.state == "open" and c.n:
                 c.state = self._judge(c, t)
-        low = sorted((c for c in cands if c.state == "open" and c.n < t.floor),
-                     key=lambda c: (-score(c.k, c.n, self._p0), c.caption))
+        if any(c.state == "test" for c in cands):
+            return []
+
+        def surest(cs: list[Candidate]) -> list[Candidate]:
+            return sorted(cs, key=lambda c: (-score(c.k, c.n, self._p0), c.caption))[:CHUNK]
+
+        low = surest([c for c in cands if c.state == "open" and c.n < t.floor])
         if low:
-            return [(c, t.floor - c.n) for c in low[:FIRST_LOOKS]]
-        climbing = [c for c in cands if c.state == "open"]
+            return [(c, t.floor - c.n) for c in low]
         out = []
-        for c in climbing:
-            rung = next((r for r in t.ladder if r > c.n), None)
-            if rung is not None:
-                out.append((c, rung - c.n))
+        for c in surest([c for c in cands if c.state == "open" and c.n < t.ladder[-1]]):
+            rung = next(r for r in t.ladder if r > c.n)
+            out.append((c, rung - c.n))
         return out
 
     def _test_n(self, t: Target) -> int:
