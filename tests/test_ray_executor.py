@@ -26,7 +26,8 @@ from tests.compare import assert_equivalent_runs
 
 ROOT = Path(__file__).resolve().parents[1]
 CLASSES = ["cat", "fly", "crayfish", "dog"]
-SETTINGS: dict[str, Any] = {"classes": CLASSES, "planner": {"name": "protocol", "baseline_n": 60},
+# protocol-v2 stops once nothing plausible at 3x is left, so 400 images a class give findings to compare.
+SETTINGS: dict[str, Any] = {"classes": CLASSES, "planner": {"name": "protocol-v2", "baseline_n": 60},
                             "budget": {"per_class": {"images": 400}}}
 # Ray must reach nothing but this machine: no usage reports, every process on the loopback address.
 QUIET_RAY = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}

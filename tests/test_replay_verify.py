@@ -109,7 +109,8 @@ def test_a_tampered_count_is_named_by_line_and_a_count_that_flips_a_verdict_fail
 
     # A careful forger makes the numbers consistent and flips the verdict: the re-run changes a conclusion.
     j, res = next((j, r) for j, r in ((j, json.loads(raw)) for j, raw in enumerate(lines))
-                  if r.get("name") == "measure_rate" and r.get("ok") and r["result"]["verdict"] != "supported")
+                  if r.get("name") == "measure_rate" and r.get("ok") and r["result"]["verdict"] != "supported"
+                  and r["result"].get("hypothesis"))
     n = res["result"]["hypothesis"]["failures"]["n"]
     res["result"]["hypothesis"]["failures"] = binomial_rate(n - 1, n).model_dump(mode="json")
     res["result"]["verdict"] = "supported"

@@ -2,7 +2,7 @@
 
     python transcripts/regenerate.py
 
-- ``investigate-fly-s0/``: ``sleuth investigate --class fly --seed 0 --budget 12000 --baseline-n 200`` on toyworld's
+- ``investigate-fly-s0/``: ``sleuth investigate --class fly --seed 0 --budget 4000`` on toyworld's
   default world (protocol planner).
 - ``audit-fly-cat/``: ``sleuth audit transcripts/audit-fly-cat.yaml`` (two classes, small budgets).
 
@@ -66,7 +66,7 @@ def main() -> None:
         target = HERE / "investigate-fly-s0"
         shutil.rmtree(target, ignore_errors=True)
         with tempfile.TemporaryDirectory(dir=HERE) as runs:
-            sleuth("investigate", "--class", "fly", "--seed", "0", "--budget", "12000", "--baseline-n", "200",
+            sleuth("investigate", "--class", "fly", "--seed", "0", "--budget", "4000",
                    "--runs", str(Path(runs).relative_to(ROOT)), "--json", cache=cache)
             (made,) = Path(runs).iterdir()
             made.rename(target)
