@@ -120,6 +120,12 @@ def test_planner_summary_and_outcomes_from_runs():
                                      "runs_with_false": rate_with_ci(1, 1)}
     assert s["images_per_class"]["median"] == pytest.approx(10_000, abs=TOL)
     assert s["images_until_confirmed"]["median"] == pytest.approx(2500, abs=TOL)
+    # The strong bugs (oracle >= 10x) apart: one planted (b-bug, 15x), none found.
+    assert s["images_until_confirmed_strong"] == {"median": None, "p90": None, "n": 0, "min_ratio": 10.0,
+                                                  "planted": 1}
+    strong = planner_summary(runs, [*got, BugOutcome("w1: s", 12.0, True, 1400)], run_budget=20_000)
+    assert strong["images_until_confirmed_strong"]["median"] == pytest.approx(1400, abs=TOL)
+    assert strong["images_until_confirmed_strong"]["planted"] == 2
     assert [c["k"] for c in s["recall_vs_budget"]] == [0, 1, 1, 1]
     assert set(s["recall_by_strength"]) == {"2-5x", "10-20x"}
     assert s["images"] == 34_000 and s["seconds"] == pytest.approx(45.0, abs=TOL)

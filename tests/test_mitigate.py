@@ -82,7 +82,7 @@ def test_a_mitigated_finding_improves_on_fresh_seeds_and_the_weights_load_again(
     assert result.effective == (flower.verdict == "mitigated")
     # every other finding of the run is measured too, and only tested for harm
     others = [o for o in result.findings if not o.mitigated_here]
-    assert len(others) == 8 and all(o.rates.adjusted_p_better is None for o in others)
+    assert len(others) == 6 and all(o.rates.adjusted_p_better is None for o in others)
     assert all(o.rates.adjusted_p_worse is not None for o in others)
     assert all(o.verdict in ("unchanged", "worse") for o in others)
     assert [b.label for b in result.baselines] == ["fly"]

@@ -26,6 +26,8 @@ REAL_RATIO = 1.2
 BANDS: tuple[float, ...] = (2.0, 5.0, 10.0, 20.0)
 """Edges of the strength bands (the oracle's failure-rate ratio of a planted bug's caption over its class)."""
 CURVE_BUDGETS: tuple[int, ...] = (2_000, 5_000, 10_000, 20_000)
+STRONG = 10.0
+"""Bugs the oracle measures at this ratio or more are *strong*: how soon they are confirmed is reported apart."""
 
 
 def is_real(ratio_low: float | None, threshold: float = REAL_RATIO) -> bool:
@@ -148,6 +150,9 @@ def planner_summary(runs: Sequence[dict[str, Any]], outcomes: Sequence[BugOutcom
         "images_per_class": quantiles([r["images"] for r in runs]),
         "seconds_per_class": quantiles([r["seconds"] for r in runs]),
         "images_until_confirmed": quantiles([o.images_until for o in found if o.images_until is not None]),
+        "images_until_confirmed_strong": {
+            **quantiles([o.images_until for o in found if o.images_until is not None and (o.ratio or 0) >= STRONG]),
+            "min_ratio": STRONG, "planted": sum(1 for o in outcomes if (o.ratio or 0) >= STRONG)},
         "recall_vs_budget": recall_curve(outcomes, run_budget, budgets),
         "images": sum(r["images"] for r in runs), "seconds": round(sum(r["seconds"] for r in runs), 1),
     }

@@ -32,7 +32,7 @@ def discovery_table(out: dict[str, Any]) -> Group:
                                       "lies above 1.2x; false: confirmed but not real. Medians (90th percentiles).")
     low = (out.get("strength_bands") or [2.0])[0]
     for col in ("planner", "recall [95% CI]", f"recall, bugs ≥{low:g}x", "false findings", "false on bug-free classes",
-                "images / class: median (p90)", "s / class", "images until confirmed"):
+                "images / class: median (p90)", "s / class", "images until confirmed", "same, bugs ≥10x"):
         main.add_column(col, justify="left" if col == "planner" else "right")
     for name, r in out["planners"].items():
         free_r = r["bug_free_classes"]
@@ -40,7 +40,8 @@ def discovery_table(out: dict[str, Any]) -> Group:
                      f"{r['false_confirmed']}/{r['confirmed_findings']}",
                      f"{free_r['false']}/{free_r['confirmed']} in {free_r['runs']} runs" if free_r["runs"] else "–",
                      _q(r["images_per_class"], 1000, "k"), _q(r["seconds_per_class"]),
-                     _q(r["images_until_confirmed"], 1000, "k"))
+                     _q(r["images_until_confirmed"], 1000, "k"),
+                     _q(r.get("images_until_confirmed_strong") or {}, 1000, "k"))
     bands = [b for b in _bands(out) if any(b in r["recall_by_strength"] for r in out["planners"].values())]
     budgets = [c["budget"] for c in next(iter(out["planners"].values()))["recall_vs_budget"]] if out["planners"] else []
     detail = Table(title="Recall by strength (oracle ratio) and by images used",
