@@ -52,7 +52,7 @@ def test_a_caption_names_a_bug_as_the_world_reads_it(oracle):
 
 
 def test_calibration_counts_null_hypotheses_through_each_stage(tmp_path):
-    out = Calibration(runs=3, planners=["protocol", "adv-many"], budget=8000, baseline_n=500, root=tmp_path).run()
+    out = Calibration(runs=3, planners=["protocol", "adv-many"], budget=4000, baseline_n=500, root=tmp_path).run()
     assert len(out["runs"]) == 2 * 2 * 3 and out["held"]
     for planner in ("protocol", "adv-many"):
         for kind in ("null", "partial-null"):
@@ -69,14 +69,15 @@ def test_calibration_counts_null_hypotheses_through_each_stage(tmp_path):
 
 def test_bench_discovery_command_scores_a_subset(capsys, tmp_path):
     code = main(["bench", "discovery", "--classes", "fly", "--planners", "protocol", "--oracle-n", "3000",
-                 "--jobs", "1", "--out", str(tmp_path), "--json"])
+                 "--budget", "4000", "--jobs", "1", "--out", str(tmp_path), "--json"])
     assert code == 0
     out = json.loads(capsys.readouterr().out)
     p = out["planners"]["protocol"]
     # The planted bug found (confirmed, named, and real by the oracle's interval above 1.2).
     assert p["bugs_planted"] == 1 and p["recall"]["rate"] == 1.0, p
-    assert 0 < p["images_until_confirmed"]["median"] <= 20_000
-    assert p["runs"] == 1 and p["images_per_class"]["p90"] <= 20_000
+    assert 0 < p["images_until_confirmed"]["median"] <= 4_000
+    assert p["runs"] == 1 and p["images_per_class"]["p90"] <= 4_000
+    assert p["misses"]["learned"] == 1 and p["misses"]["stages"]["found"] == 1
     assert json.loads((tmp_path / "bench.json").read_text())["planners"] == out["planners"]
     judged = [f for run in out["runs"] for f in run["findings"]]
     assert p["false_confirmed"] == sum(1 for f in judged if not f["oracle"]["real"])
