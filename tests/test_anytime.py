@@ -115,10 +115,12 @@ def test_nothing_to_find_spends_the_passes_and_says_so(tmp_path):
     assert {n for p, n in per_caption.items() if unrendered(p)} == {PASSES[0].ladder[0]}
 
 
-@pytest.mark.parametrize("budget", [400, 700, 1000, 2500])
+@pytest.mark.parametrize("budget", [400, 700, 1000, 1500, 2000, 2500])
 def test_a_tight_budget_is_never_overrun_and_the_stop_says_so(tmp_path, budget):
     session, result, events = run(tmp_path, AnytimePlanner("cat", CAT, budget=budget), budget=budget)
-    assert result.status in ("completed", "budget_spent")
+    # The planner asks only for what it can pay (the baseline's top-up included) and ends with its answer.
+    assert result.status == "completed"
+    assert not [e for e in events if e.kind == "tool_returned" and not e.ok and "budget" in (e.error or "")]
     assert session.investigation.budget.used <= budget
     text = final(events)
     assert "not reached" in text or "could not be measured" in text
@@ -187,9 +189,18 @@ def test_another_phrasing_of_a_finding_waits_and_a_different_idea_is_confirmed()
     assert not planner._repeats(cand("a cat in the snow", "it is in the snow"), [finding])
     assert finding.phrasings == ["a cat on a mountain top", "a cat on a grey rock"]
     assert not planner._repeats(cand("a cat by the sea", "it is in the water", "it is on the rocks"), [finding])
+    # The same idea failing mostly as another wrong label is a failure of its own; a stray one does not count.
+    other = cand("a cat on a boulder", "it is on the rocks")
+    other.confusions.update({"fox": 3, "snow leopard": 1})
+    assert not planner._repeats(other, [finding]) and other.state != "other"
+    stray = cand("a cat on a cliff", "it is on the rocks")
+    stray.confusions.update({"fox": 1, "snow leopard": 1})
+    assert planner._repeats(stray, [finding])
+    assert not planner._repeats(Candidate("a cat on a stone", "caption", target="fox",
+                                          idea=Idea(frozenset({"it is on the rocks"}), "it is on the rocks")), [finding])
 
 
-def test_tests_go_surest_first_discounted_by_their_wrong_labels_findings():
+def test_tests_go_surest_first_discounted_by_their_wrong_labels_and_kinds_findings():
     planner = AnytimePlanner("cat", CAT)
     planner._p0 = 0.03
     strong = Candidate("a", "background", k=12, n=12, confusions=Counter({"cat": 12}))  # 20% quantile 0.79
@@ -204,6 +215,12 @@ def test_tests_go_surest_first_discounted_by_their_wrong_labels_findings():
     assert [c.caption for c in planner._order([strong, weaker, weak], [found("cat")])] == ["b", "a", "c"]
     assert [c.caption for c in planner._order([strong, weaker, weak], [found("cat")] * 2)] == ["b", "a", "c"]
     assert [c.caption for c in planner._order([strong, weak], [found("cat")] * 2)] == ["a", "c"]
+    # Findings of a kind discount that kind: four colour findings halve a colour's score, and an object comes first.
+    colour = Candidate("d", "adjective", k=12, n=12, confusions=Counter({"cat": 12}))
+    thing = Candidate("e", "object", k=9, n=12, confusions=Counter({"cat": 9}))
+    colours = [Found(Candidate(f"x{i}", "adjective"), None, None, "fox") for i in range(4)]  # type: ignore[arg-type]
+    assert [c.caption for c in planner._order([colour, thing], [])] == ["d", "e"]
+    assert [c.caption for c in planner._order([colour, thing], colours)] == ["e", "d"]
 
 
 def test_a_new_pass_looks_again_at_what_the_first_dropped():
@@ -216,3 +233,36 @@ def test_a_new_pass_looks_again_at_what_the_first_dropped():
     dropped.state = "open"  # what a new pass does to every candidate not tested, found or set aside
     plan = planner._screen_plan(second, [dropped, climbing])
     assert sorted((c.caption, more) for c, more in plan) == [("a", second.floor - 3), ("b", second.floor - 12)]
+
+
+def test_what_a_test_adds_to_the_class_baseline_is_paid_for_before_anything_else():
+    planner = AnytimePlanner("cat", CAT, budget=10_000)
+    planner.images_left = lambda: 1_000  # type: ignore[method-assign]
+    last = PASSES[-1]
+    planner._have = last.baseline_n  # the baseline is already at this pass's size
+    assert planner._topup(last) == 0 and planner._affords(0, last)
+    planner._have = 800  # the next test tops it up by 700, and a first confirmation needs its own baseline
+    assert planner._topup(last) == last.baseline_n - 800
+    assert not planner._affords(0, last)
+    assert planner._test_n(last) == last.first_n
+
+
+def test_a_screen_that_reads_as_a_findings_idea_gets_no_more_screening_images(tmp_path):
+    _, _, events = run(tmp_path, AnytimePlanner("cat", CAT, budget=6_000))
+    prompt_of: dict[str, str] = {}  # measurement id -> the screened caption
+    calls = {e.call_id: e for e in events if e.kind == "tool_called"}
+    for e in events:
+        if e.kind == "tool_returned" and e.ok and e.name == "generate_and_classify":
+            prompt_of[e.result["measurement_id"]] = calls[e.call_id].arguments["prompt"]
+    text = final(events)
+    previewed: dict[str, int] = {}  # caption -> seq of the turn that read its screen before more screening
+    for e in events:
+        if e.kind == "planner_turn" and e.reasoning.startswith("Before screening them again"):
+            for c in e.tool_calls:
+                previewed.setdefault(prompt_of[c.arguments["measurement_id"]], e.seq)
+    waiting = [p for p in previewed if repr(p) in text.split("also phrased", 1)[-1]]
+    assert waiting, "the run read no screen as a finding's phrasing"
+    for p in waiting:
+        later = [e for e in events if e.kind == "tool_called" and e.name == "generate_and_classify"
+                 and e.arguments["prompt"] == p and e.seq > previewed[p]]
+        assert not later, p

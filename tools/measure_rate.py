@@ -118,9 +118,13 @@ def run(args: Args, ctx: ToolContext) -> Result:
 
 
 def _sequential(inv: Investigation, args: Args, purpose: Purpose) -> Result:
-    # A confirmation is tested at its share of the declared confirmation family, so a sequential stop for success
-    # happens only where the test survives the correction it faces.
-    level = inv.confirmation_alpha() if purpose == "confirmation" else inv.alpha
+    # A test stops for success only where it survives the correction it faces: a confirmation at its share of the
+    # declared confirmation family; a discovery test at alpha over the discovery tests so far, itself included
+    # (Bonferroni, which bounds Holm's and Benjamini-Hochberg's adjusted p at the time of its result).
+    if purpose == "confirmation":
+        level = inv.confirmation_alpha()
+    else:
+        level = inv.alpha / (1 + sum(t.purpose == "discovery" for t in inv.tests))
     base = inv.baseline(purpose, args.baseline_n)
     plan = stats.default_plan(args.max_n, first=min(args.first_n, args.max_n), alpha=level)
     sample = None

@@ -174,7 +174,8 @@ class Candidate:
     confusions: Counter[str] = field(default_factory=Counter)
     looks: list[tuple[str, int]] = field(default_factory=list)
     """Its screening looks: (measurement id, failures)."""
-    previewed: bool = False
+    previewed: int = 0
+    """Failures of the screen look whose captions were read last (a look with more is read again)."""
     state: str = "new"
     """new | open (climbing) | test | dropped (this pass) | tested (this pass) | found | other (a finding's phrasing) |
     unrendered."""
@@ -188,6 +189,16 @@ class Candidate:
         if self.target:
             return self.target
         return self.confusions.most_common(1)[0][0] if self.confusions else None
+
+
+def fails_otherwise(c: Candidate, label: str | None) -> bool:
+    """Whether most of a candidate's failures (two or more) go to a wrong label other than ``label``."""
+    if label is None:
+        return False
+    if c.target:
+        return c.target != label
+    top = c.confusions.most_common(1)
+    return bool(top) and top[0][0] != label and top[0][1] >= 2 and 2 * top[0][1] > sum(c.confusions.values())
 
 
 def _named(cands: list[Candidate], p0: float) -> str:
@@ -235,6 +246,8 @@ class AnytimePlanner(ScriptPlanner):
         self._attempts = 0
         self._confirmed_once = False
         self._p0 = 0.0
+        self._have = 0
+        """The class baseline's size so far (tests top it up to their pass's size)."""
         self._common: dict[str, float] = {}
 
     # -- budget ------------------------------------------------------------------------------------------
@@ -251,9 +264,14 @@ class AnytimePlanner(ScriptPlanner):
     def _confirm_cost(self, t: Target) -> int:
         return t.first_n + (0 if self._confirmed_once else self.confirmation_baseline())
 
+    def _topup(self, t: Target) -> int:
+        """Images the next test of pass ``t`` adds to the class baseline."""
+        return max(0, self._base_n(t) - self._have)
+
     def _affords(self, extra: int, t: Target) -> bool:
+        """Whether ``extra`` images leave enough for the baseline's top-up and a confirmation."""
         left = self._left()
-        return left is None or left >= extra + self._confirm_cost(t)
+        return left is None or left >= extra + self._topup(t) + self._confirm_cost(t)
 
     def _base_n(self, t: Target) -> int:
         return max(self.baseline_n, t.baseline_n)
@@ -286,6 +304,7 @@ class AnytimePlanner(ScriptPlanner):
             return
         s = base.summary
         self._p0 = (s.failures.k + 0.5) / (s.failures.n + 1)
+        self._have = s.failures.n
         calls = [self.call("perturb_caption", caption=prompt, types=list(self.explore_types), n=100,
                            refinements=False)]
         if s.failures.k:
@@ -390,6 +409,7 @@ class AnytimePlanner(ScriptPlanner):
                         if r is None:
                             continue
                         self._p0 = (r.baseline.k + 0.5) / (r.baseline.n + 1)
+                        self._have = max(self._have, r.baseline.n)
                         if not self._worth_confirming(r, i):
                             continue
                         supported += 1
@@ -411,7 +431,7 @@ class AnytimePlanner(ScriptPlanner):
                     break
                 left = self._left()
                 if left is not None:
-                    room = left - self._confirm_cost(t) - 2 * t.first_n
+                    room = left - self._topup(t) - self._confirm_cost(t) - 2 * t.first_n
                     fitted = []
                     for c, more in plan:
                         if more <= room:
@@ -421,6 +441,11 @@ class AnytimePlanner(ScriptPlanner):
                         stop = "the images left cannot pay for more screening and still a test and a confirmation"
                         break
                     plan = fitted
+                if found:  # what reads as a finding's idea waits for the end instead of climbing the ladder
+                    yield from self._preview([c for c, _ in plan], screening=True)
+                    plan = [(c, more) for c, more in plan if not self._repeats(c, found)]
+                    if not plan:
+                        continue
                 fresh = all(c.state == "new" for c, _ in plan)
                 looks = yield self.turn(
                     f"Screening {len(plan)} candidates ({sum(m for _, m in plan)} images), "
@@ -459,11 +484,13 @@ class AnytimePlanner(ScriptPlanner):
                     self.measure(c.caption, c.confusion, t, max_n=self._test_n(t), first_n=t.first_n))
                 tested += 1
                 r = ok(res, measure_rate.Result)
+                if r is not None:
+                    self._have = max(self._have, r.baseline.n)
                 if r is None or not self._worth_confirming(r, len(self.passes) - 1):
                     continue
                 supported += 1
                 yield from self._read(c, r)
-                if any(c.idea.same(f.candidate.idea) for f in found):
+                if any(c.idea.same(f.candidate.idea) and not fails_otherwise(c, f.label) for f in found):
                     continue  # its own failures read as a finding's idea too
                 f = yield from self._confirm(c, r, t)
                 if f is not None:
@@ -486,16 +513,19 @@ class AnytimePlanner(ScriptPlanner):
                   "supported test is confirmed at once.")
 
     def _pass_cost(self, t: Target, cands: list[Candidate]) -> int:
-        """The least a pass must be able to pay: its baseline top-up and one test's first look."""
-        return max(0, self._base_n(t) - self._base_n(self.passes[0])) + 2 * t.first_n
+        """The least a pass must be able to pay besides its baseline top-up and a confirmation: two tests' first
+        looks."""
+        return 2 * t.first_n
 
     def _order(self, queue: list[Candidate], found: list[Found]) -> list[Candidate]:
         """Test order: the surest screen first (the 20% quantile of its failure rate), divided by 1 + half the
         findings its wrong label already has (so that one catch-all label's many real failures do not take every
-        attempt), then the shortest caption."""
+        attempt) and by 1 + a quarter of the findings of its kind (so that a kind of cause with many findings, say
+        colours, does not hold back the first finding of another), then the shortest caption."""
         labels = Counter(f.label for f in found)
-        return sorted(queue, key=lambda c: (-score(c.k, c.n, self._p0) / (1 + labels[c.confusion] / 2),
-                                            sentences(c.caption), c.caption))
+        kinds = Counter(f.candidate.kind for f in found)
+        return sorted(queue, key=lambda c: (-score(c.k, c.n, self._p0) / (1 + labels[c.confusion] / 2)
+                                            / (1 + kinds[c.kind] / 4), sentences(c.caption), c.caption))
 
     def _judge(self, c: Candidate, t: Target) -> str:
         p = plausibility(c.k, c.n, self._p0, t)
@@ -535,7 +565,7 @@ class AnytimePlanner(ScriptPlanner):
         left = self._left()
         if left is None:
             return t.test_n
-        return max(t.first_n, min(t.test_n, (left - self._confirm_cost(t)) // 2))
+        return max(t.first_n, min(t.test_n, (left - self._topup(t) - self._confirm_cost(t)) // 2))
 
     def _worth_confirming(self, r: measure_rate.Result, i: int) -> bool:
         """Supported after correction over every discovery test, or (after the first pass, when the family of
@@ -544,17 +574,18 @@ class AnytimePlanner(ScriptPlanner):
             return False
         return r.verdict == "supported" or (i > 0 and r.p_value <= ALPHA / self.confirmations)
 
-    def _preview(self, queue: list[Candidate]) -> Generator[Turn, Results, None]:
-        """Captions the failures of the screens of candidates about to be tested (their look with the most, if it
-        has PREVIEW_MIN or more): one that reads as a finding's idea waits for the end instead of taking a test."""
-        todo = [c for c in queue if not c.previewed and c.looks and max(k for _, k in c.looks) >= PREVIEW_MIN]
-        for c in queue:
-            c.previewed = True
+    def _preview(self, queue: list[Candidate], screening: bool = False) -> Generator[Turn, Results, None]:
+        """Captions the failures of the screens of candidates about to be tested or screened again (their look with
+        the most, if it has PREVIEW_MIN or more and more than the look read before): one that reads as a finding's
+        idea waits for the end instead of taking a test or more screening images."""
+        todo = [c for c in queue if c.looks and max(k for _, k in c.looks) >= max(PREVIEW_MIN, c.previewed + 1)]
+        for c in todo:
+            c.previewed = max(k for _, k in c.looks)
         if not todo:
             return
         out = yield self.turn(
-            "Before testing, I caption the failures of their screens: one that reads as another phrasing of a "
-            "finding waits for the end.",
+            f"Before {'screening them again' if screening else 'testing'}, I caption the failures of their screens: "
+            "one that reads as another phrasing of a finding waits for the end.",
             *[self.call("caption_failures", measurement_id=max(c.looks, key=lambda x: x[1])[0], max_clusters=1,
                         max_sentences=3, min_cluster_size=1) for c in todo])
         for c, res in zip(todo, out):
@@ -577,9 +608,12 @@ class AnytimePlanner(ScriptPlanner):
             c.idea = idea_of(got.hypotheses, self._common)
 
     def _repeats(self, c: Candidate, found: list[Found]) -> bool:
-        """Another phrasing of a finding (the same idea, or every content word of a finding's caption and more):
-        it waits for the end, and the finding lists it."""
+        """Another phrasing of a finding (the same idea, or every content word of a finding's caption and more,
+        failing as the same wrong label): it waits for the end, and the finding lists it. One whose failures go
+        mostly to another wrong label fails in a way of its own, whatever its captions share."""
         for f in found:
+            if fails_otherwise(c, f.label):
+                continue
             if c.idea.same(f.candidate.idea) or content_key(f.candidate.caption) <= content_key(c.caption):
                 f.phrasings.append(c.caption)
                 c.state = "other"
