@@ -10,6 +10,8 @@ a false audit-significant finding is its family-wise error, which must stay at a
 
 from __future__ import annotations
 
+import io
+
 import numpy as np
 import pytest
 
@@ -100,3 +102,24 @@ def test_calibration_groups_null_runs_into_audits_of_12_classes():
     assert (out["audit_significant"]["k"], out["audit_significant"]["n"]) == (2, 3)
     assert (out["any_finding"]["k"], out["any_finding"]["n"]) == (3, 3)
     assert out["audit_significant"]["ci"][1] == pytest.approx(0.99159, abs=1e-4)  # Clopper-Pearson, 2 of 3
+
+
+def test_the_calibration_summary_and_table_show_the_audit_rate_of_null_runs():
+    from rich.console import Console
+
+    from sleuth.agent.bench.calibrate import summarise_calibration
+    from sleuth.agent.bench.table import calibration_table
+
+    def run(i: int, p: list[float]) -> dict:
+        return {"planner": "protocol", "kind": "null", "index": i, "status": "completed", "images": 100,
+                "seconds": 1.0, "real_findings": [], "false_finding_p": p,
+                "through": {"discovery": False, "confirmation": bool(p), "finding": bool(p)}}
+
+    runs = [run(i, [0.001] if i == 5 else []) for i in range(24)]
+    out = summarise_calibration(runs, ["protocol"], ALPHA)
+    audits = out["planners"]["protocol"]["null"]["audits"]
+    assert (audits["audit_significant"]["k"], audits["audit_significant"]["n"]) == (1, 2)
+    table = calibration_table({"world": "default", "runs_per_planner_and_kind": 24, "budget": 1000, **out})
+    console = Console(width=250, record=True, file=io.StringIO())
+    console.print(table)
+    assert "1/2 = 50% [1–99]" in console.export_text()
