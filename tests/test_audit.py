@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import signal
@@ -16,7 +17,6 @@ from sleuth.agent.audit.config import load_config, parse_config
 from sleuth.agent.audit.summary import findings_table
 from sleuth.agent.cli import UsageError, main
 from sleuth.agent.transcript import read_transcript, verify_transcript
-from sleuth.tools import stats
 from tests.compare import assert_equivalent_runs
 from tests.fakeworld import fake_backends
 
@@ -51,11 +51,14 @@ def test_audit_runs_each_class_under_the_budgets_and_ranks_findings(tmp_path):
     # Confirmed findings by effect size, then the supported but unconfirmed hypotheses; every row carries k/n,
     # intervals, the ratio and adjusted p, in the same shape as `investigate --json`.
     assert out["findings"] and all(f["confirmed"] for f in out["findings"])
-    # Control across classes: Benjamini-Hochberg over the findings' within-class adjusted p-values.
-    qs = stats.adjust_pvalues([f["confirmation"]["adjusted_p"] for f in out["findings"]], method="bh")
-    assert [f["audit_q"] for f in out["findings"]] == pytest.approx(list(qs))
-    assert all(f["audit_significant"] == (f["audit_q"] <= 0.05) for f in out["findings"])
-    assert out["audit_control"].startswith("Benjamini-Hochberg over the")
+    # Control across classes: Bonferroni over the three declared classes' confirmation families (family-wise).
+    assert [f["audit_p"] for f in out["findings"]] == pytest.approx(
+        [min(1.0, 3 * f["confirmation"]["adjusted_p"]) for f in out["findings"]])
+    assert all(f["audit_significant"] == (f["audit_p"] <= 0.05) for f in out["findings"])
+    control = out["audit_control"]
+    assert (control["error"], control["level"]) == ("family-wise", 0.05)
+    assert control["family"] == (f"{cat['confirmations_declared'] + dog['confirmations_declared']} declared "
+                                 "confirmation attempts of the audit's 3 classes")
     lows = [f["confirmation"]["rate_ratio_ci"][0] or 0.0 for f in out["findings"]]
     assert lows == sorted(lows, reverse=True)  # ranked by the confirmation's lower bound
     top = out["findings"][0]
@@ -79,6 +82,19 @@ def test_audit_runs_each_class_under_the_budgets_and_ranks_findings(tmp_path):
     console.print(findings_table(out))
     text = console.export_text()
     assert "1 confirmed" in text and "it is in the snow." in text and "[" in text
+    assert "audit p" in text and "family-wise error 0.05 per class" in text
+    # The report of the audit directory states what holds across its classes, and each finding's audit p.
+    from sleuth.agent.report import build_report
+
+    page = build_report(tmp_path / "a")
+    assert "Across the audit's classes" in page and "family-wise error at 0.05" in page
+    assert html.escape(control["family"]) in page and pv_html(out["findings"][0]["audit_p"]) in page
+
+
+def pv_html(p: float) -> str:
+    from sleuth.agent.report.html import fmt_p
+
+    return fmt_p(p)
 
 
 def test_resuming_a_finished_audit_changes_nothing_and_a_lost_summary_is_rebuilt(tmp_path):

@@ -10,18 +10,27 @@ Two rules hold for every tool that edits (``edit_image``, ``measure_rate(mode="c
   the edit did not happen or could not be rendered) says nothing about the classifier: a flip there may be the
   editor destroying or replacing the object. Such pairs are left out of the paired test, and how many, by which
   filter, is reported.
-- **Edits are compared with a sham edit.** ``measure_rate(mode="counterfactual")`` also passes every image through
-  the same editor with the caption left unchanged (for a diffusion editor: inversion and reconstruction; for
-  toyworld: the same scene re-rendered). Its test is the exact McNemar test of the edited image against the
-  sham-edited one, pair by pair, so it asks whether the captioned attribute changes failures, not whether editing
-  does; the sham's own flips against the originals are reported beside it. The effect is the matched-pairs rate
-  ratio (edited / sham) with its paired interval (``stats.paired_rate_ratio``).
+- **Edits are compared with a control edit through the same editor**: a *placebo* edit to a caption that changes as
+  much text but names nothing new (the source caption and as many added words of a neutral phrasing, `NEUTRAL`:
+  "it is shown here."), or, where that is no more costly and as valid, a *sham* edit with the caption unchanged (for a
+  diffusion editor: inversion and reconstruction; for toyworld: the same scene re-rendered).
+  ``measure_rate(mode="counterfactual")`` tests the edited image against the control-edited one, pair by pair, by
+  the exact McNemar test, so it asks whether the captioned attribute changes failures, not whether editing does,
+  nor whether changing the caption does: an editor that damages images whenever their caption changes (prompt-to-
+  prompt with any new word does so in part) damages the placebo arm as much. The sham is used only by editors that
+  declare ``sham_is_placebo`` (their output depends on a caption only through what it names, so a neutral phrasing
+  re-renders the source exactly: toyworld) or when the target adds no word. Each pair records which control it had
+  (``Flip.control``); the control's own flips against the originals are reported beside the test. The effect is the
+  matched-pairs rate ratio (edited / control) with its paired interval (``stats.paired_rate_ratio``).
 """
 
 from __future__ import annotations
 
 import hashlib
 import math
+import re
+from collections import Counter
+from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel, Field
@@ -38,6 +47,47 @@ from sleuth.tools.text import pv
 MAX_PAIRS = 200
 """Most images one counterfactual measurement edits, whatever the editor."""
 
+Control = Literal["sham", "placebo"]
+
+NEUTRAL: dict[int, str] = {1: "shown.", 2: "shown here.", 3: "it is shown.", 4: "it is shown here.",
+                           5: "this is it, shown here.", 6: "this is the one shown here.",
+                           7: "this is the one that is shown."}
+"""Neutral phrasings by word count: they name no object, attribute, place or style, so a classifier should ignore
+them and a text-to-image model has nothing new to draw (every word is one toyworld's parser reads as naming
+nothing, like a weak text encoder's stop words)."""
+
+
+def _words(text: str) -> list[str]:
+    return re.findall(r"[a-z]+", text.lower())
+
+
+def added_words(source: str, target: str) -> int:
+    """Words of ``target`` that ``source`` does not have (as a multiset): how much text an edit adds or replaces."""
+    return sum((Counter(_words(target)) - Counter(_words(source))).values())
+
+
+def placebo_caption(source: str, target: str) -> str | None:
+    """``source`` with as many words of neutral phrasing appended as ``target`` adds to it (None when it adds none):
+    the same amount of caption change as the edit, naming nothing new."""
+    n = added_words(source, target)
+    if n == 0:
+        return None
+    parts = []
+    while n > 0:
+        k = min(n, max(NEUTRAL))
+        parts.append(NEUTRAL[k])
+        n -= k
+    base = source.rstrip()
+    return f"{base}{'' if base.endswith('.') else '.'} {' '.join(parts)}"
+
+
+def control_for(editor: object, source: str, target: str) -> tuple[Control, str]:
+    """The control edit of ``source`` -> ``target`` through ``editor``, and its caption: the placebo, unless the editor
+    declares that a neutral phrasing renders exactly as the unchanged caption (then the sham is the same control) or
+    the target adds no word."""
+    placebo = None if getattr(editor, "sham_is_placebo", False) else placebo_caption(source, target)
+    return ("sham", source) if placebo is None else ("placebo", placebo)
+
 
 class Flip(BaseModel):
     original: str = Field(description="Ref of the original image.")
@@ -49,8 +99,11 @@ class Flip(BaseModel):
     passed: dict[str, bool] = Field(default_factory=dict, description="Edit-quality filters passed, by name.")
     counted: bool = Field(True, description="Whether the pair counts in the paired test: the edit passed every "
                                             "quality filter.")
-    sham: str | None = Field(None, description="Ref of the sham-edited image (same editor, caption unchanged).")
-    failed_sham: bool | None = Field(None, description="Whether the sham-edited image fails.")
+    sham: str | None = Field(None, description="Ref of the control-edited image (same editor; see `control`).")
+    failed_sham: bool | None = Field(None, description="Whether the control-edited image fails.")
+    control: Control | None = Field(None, description="'sham': the control edit kept the caption unchanged; "
+                                                      "'placebo': it changed as much text, naming nothing new.")
+    control_caption: str | None = Field(None, description="The control edit's target caption.")
 
 
 class PairedCounts(BaseModel):
@@ -69,13 +122,21 @@ class PairedCounts(BaseModel):
     vs_sham_to_failure: int | None = Field(None, description="Counted pairs that fail edited and not sham-edited.")
     vs_sham_to_correct: int | None = Field(None, description="Counted pairs that fail sham-edited and not edited.")
     both_fail: int | None = Field(None, description="Counted pairs that fail both edited and sham-edited.")
+    control: Control | None = Field(None, description="The control edit the pairs were compared with.")
+    control_caption: str | None = None
 
     def note(self) -> str | None:
-        if not self.excluded:
-            return None
-        by = ", ".join(f"{k} {v}" for k, v in sorted(self.excluded_by.items()))
-        return (f"{self.excluded} of {self.excluded + self.pairs} edits failed the editor's quality filters ({by}) "
-                "and are left out of the paired test")
+        """What a result says about its pairs beyond the sham: a placebo control, and edits left out."""
+        out = []
+        if self.excluded:
+            by = ", ".join(f"{k} {v}" for k, v in sorted(self.excluded_by.items()))
+            out.append(f"{self.excluded} of {self.excluded + self.pairs} edits failed the editor's quality filters "
+                       f"({by}) and are left out of the paired test")
+        if self.control == "placebo":
+            out.append(f"control: a placebo edit, not a sham: each image also edited through the same editor to "
+                       f"{self.control_caption!r} (as many words changed, nothing new named), so an editor's "
+                       "reaction to any caption change is in both arms; 'sham' figures are this control's")
+        return "; ".join(out) or None
 
 
 def paired_counts(flips: list[Flip]) -> PairedCounts:
@@ -98,6 +159,10 @@ def paired_counts(flips: list[Flip]) -> PairedCounts:
         pc.vs_sham_to_failure = sum(f.failed_after and not f.failed_sham for f in kept)
         pc.vs_sham_to_correct = sum(not f.failed_after and bool(f.failed_sham) for f in kept)
         pc.both_fail = sum(f.failed_after and bool(f.failed_sham) for f in kept)
+        controls = {f.control for f in kept}
+        if len(controls) == 1:
+            pc.control = controls.pop()
+            pc.control_caption = kept[0].control_caption
     return pc
 
 
@@ -172,15 +237,17 @@ def edit_and_classify(inv: Investigation, gens: list[Generation], source: str, t
                       failed_before: list[bool] | None = None,
                       sham: bool = False) -> tuple[list[Flip], list[bool]]:
     """Edit ``gens`` (paid for first, at the editor's declared cost) and classify before and after; with ``sham``,
-    also pass each image through the editor with its caption unchanged (paid for too: one more edit per image)."""
+    also pass each image through the editor to the control caption (``control_for``: a placebo, or the caption
+    unchanged), paid for too: one more edit per image."""
     images = [g.image for g in gens]
+    control, control_caption = control_for(inv.backends.editor, source, target)
     inv.budget.spend_editing(editing_charge(inv, images + images if sham else images))
     outcomes = []
     shams: list[EditOutcome] = []
     for i, g in enumerate(gens):
         outcomes.append(_edit(inv, g, source, target))
         if sham:
-            shams.append(_edit(inv, g, source, source))
+            shams.append(_edit(inv, g, source, control_caption))
         if inv.progress is not None:
             inv.progress("editing", i + 1, len(gens))
     labels = inv.labels
@@ -207,9 +274,10 @@ def edit_and_classify(inv: Investigation, gens: list[Generation], source: str, t
         if sham:
             s_out = shams[i]
             same = np.array_equal(np.asarray(s_out.image), np.asarray(g.image))
-            sham_ref = original if same else inv.put_image(Generation(image=s_out.image, prompt=source, seed=g.seed,
-                                                                      meta=s_out.meta))
+            sham_ref = original if same else inv.put_image(Generation(image=s_out.image, prompt=control_caption,
+                                                                      seed=g.seed, meta=s_out.meta))
         flips.append(Flip(original=original, edited=edited, before=b, after=a, failed_before=fb,
                           failed_after=fa, passed=o.passed, counted=all(o.passed.values()),
-                          sham=sham_ref, failed_sham=failed_sham[i]))
+                          sham=sham_ref, failed_sham=failed_sham[i], control=control if sham else None,
+                          control_caption=control_caption if sham else None))
     return flips, failed_after

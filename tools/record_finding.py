@@ -1,7 +1,8 @@
 """Record a finding: a failure hypothesis that survived correction and a confirmation on fresh seeds.
 
 The tool checks the evidence itself, so no planner can claim what the data does not support: a discovery
-measurement of this caption (or of a longer caption it refines) that showed the increase, and a confirmation
+measurement of this caption, or of a caption it narrows (its content words plus at most ``MAX_EXTRA_WORDS`` more: a
+longer caption the recorded one refines, not a catalogue of alternatives), that showed the increase, and a confirmation
 measurement of this very caption, on seeds disjoint from discovery, significant after adjustment over the
 investigation's declared confirmation family (every confirmation attempt counts, repeats of a caption included).
 """
@@ -64,14 +65,40 @@ def render(r: Result) -> list[Line]:
                                         f"adjusted p {pv(c.adjusted_p)}", "")]]
 
 
+MAX_EXTRA_WORDS = 3
+"""Most content words a cited discovery (or counterfactual) caption may have beyond the recorded caption's. A
+refinement drops a sentence or an adjective or two of the caption that was measured; a caption naming many
+alternatives ("a red, orange, yellow, ... cat") measured once is evidence for the catalogue, not for each entry."""
+
+
 def content_words(caption: str) -> frozenset[str]:
     return frozenset(w for w in re.findall(r"[a-z]+", caption.lower()) if w not in FUNCTION_WORDS)
 
 
+def extra_words(caption: str, measured: str) -> frozenset[str] | None:
+    """Content words ``measured`` has beyond ``caption``'s, or None when ``caption`` adds a word of its own."""
+    if normalise_caption(caption) == normalise_caption(measured):
+        return frozenset()
+    words, wider = content_words(caption), content_words(measured)
+    return wider - words if words <= wider else None
+
+
 def refines(caption: str, measured: str) -> bool:
-    """``caption`` is ``measured`` or a refinement of it (sentences or words left out, nothing added)."""
-    return normalise_caption(caption) == normalise_caption(measured) or content_words(caption) <= content_words(
-        measured)
+    """``caption`` is ``measured`` or narrows it: words or sentences left out, none added, and at most
+    ``MAX_EXTRA_WORDS`` content words fewer."""
+    extra = extra_words(caption, measured)
+    return extra is not None and len(extra) <= MAX_EXTRA_WORDS
+
+
+def _not_refined(kind: str, t: Test, caption: str) -> str:
+    extra = extra_words(caption, t.caption)
+    if extra is None:
+        why = f"{caption!r} names words it does not measure"
+    else:
+        why = (f"it names {len(extra)} content words {caption!r} does not ({', '.join(sorted(extra))}), more than "
+               f"the {MAX_EXTRA_WORDS} a refinement may leave out")
+    return (f"the {kind} {t.id} measured {t.caption!r}: {caption!r} is neither that caption nor a refinement of it "
+            f"({why}); cite a {kind} measurement of this caption")
 
 
 def run(args: Args, ctx: ToolContext) -> Result:
@@ -83,8 +110,7 @@ def run(args: Args, ctx: ToolContext) -> Result:
         raise ToolError(f"{d.id} is not a discovery measurement of a caption (measure_rate without confirm, "
                         "mode sample)")
     if not refines(args.caption, d.caption):
-        raise ToolError(f"the discovery {d.id} measured {d.caption!r}: {args.caption!r} is neither that caption "
-                        "nor a refinement of it; cite the discovery measurement of this caption")
+        raise ToolError(_not_refined("discovery", d, args.caption))
     if d.k1 * d.n0 <= d.k0 * d.n1:
         raise ToolError(f"not recorded: discovery {d.id} shows no increase ({d.k1}/{d.n1} vs baseline {d.k0}/{d.n0})")
     if c.purpose != "confirmation" or c.kind != "rate":

@@ -17,7 +17,6 @@ from rich.table import Table
 from sleuth.agent.audit.budget import cost_of, stopped_by
 from sleuth.agent.events import Event, RunFinished
 from sleuth.agent.replay.resume import Continued
-from sleuth.tools import stats
 from sleuth.tools.defaults import ALPHA
 from sleuth.tools.findings import FindingSummary, HypothesisSummary
 from sleuth.tools.investigation import Investigation, normalise_caption
@@ -50,6 +49,7 @@ def class_summary(label: str, slug: str, inv: Investigation, events: Sequence[Ev
         "seconds": round(seconds, 2), "cost_usd": round(cost_of(events), 6),
         "events": len(events), "turns": sum(e.kind == "planner_turn" for e in events),
         "hypotheses_tested": len(tested),
+        "alpha": inv.alpha, "confirmations_declared": inv.max_confirmations,
         "findings": [f.model_dump(mode="json") for f in found],
         "unconfirmed": [h.model_dump(mode="json") for h in candidates],
         "hypotheses": [h.model_dump(mode="json") for h in tested],
@@ -67,6 +67,7 @@ def class_summary(label: str, slug: str, inv: Investigation, events: Sequence[Ev
 def skipped_summary(label: str, slug: str, reason: str) -> dict[str, Any]:
     return {"class": label, "dir": slug, "status": "skipped", "answer": None, "stopped_by": reason, "images": 0,
             "image_budget": 0, "seconds": 0.0, "cost_usd": 0.0, "events": 0, "turns": 0, "hypotheses_tested": 0,
+            "confirmations_declared": 0,
             "findings": [], "unconfirmed": [], "hypotheses": [], "recovery": None}
 
 
@@ -92,22 +93,47 @@ def audit_summary(run_dir: str, config: dict[str, Any], classes: list[dict[str, 
     status = "completed" if statuses <= {"completed", "budget_spent"} else ("budget" if "skipped" in statuses or any(
         c["stopped_by"] for c in classes) else "partial")
     findings = ranked(classes)
-    # Across classes: each class keeps its own family-wise error at alpha, so an audit of many classes would expect
-    # up to alpha false findings per class. Benjamini-Hochberg over every confirmed finding's adjusted p bounds the
-    # share of false findings in the audit's list (false discovery rate) at alpha.
     alpha = float(config.get("alpha") or ALPHA)
-    qs = stats.adjust_pvalues([f["confirmation"]["adjusted_p"] for f in findings], method="bh") if findings else []
-    for f, q in zip(findings, qs):
-        f["audit_q"] = float(q)
-        f["audit_significant"] = bool(q <= alpha)
+    control = audit_family(findings, len(classes), alpha, [c.get("confirmations_declared") for c in classes])
     return {
         "run_dir": run_dir, "status": status, "config": config,
         "images": sum(c["images"] for c in classes), "seconds": round(seconds, 2),
         "cost_usd": round(sum(c["cost_usd"] for c in classes), 6),
-        "audit_control": (f"Benjamini-Hochberg over the {len(findings)} confirmed findings of all classes (their "
-                          f"confirmation p adjusted within the class): false discovery rate at {alpha:g}; "
-                          "audit_q per finding"),
+        "audit_control": control,
         "classes": classes, "findings": findings, "unconfirmed": ranked_unconfirmed(classes),
+    }
+
+
+def audit_family(findings: list[dict[str, Any]], n_classes: int, alpha: float,
+                 declared: Sequence[int | None] = ()) -> dict[str, Any]:
+    """Mark each finding ``audit_significant`` under a family-wise error bound over the whole audit, and describe it.
+
+    The family is every confirmation attempt the audit declared: each of the ``n_classes`` classes (skipped ones
+    too: the class list is fixed when the audit starts) declares M_c attempts, each tested within its class at
+    alpha / M_c. The audit gives each class alpha / n_classes, so attempt i of class c is audit-significant when its
+    p-value is <= alpha / (n_classes * M_c), i.e. when ``audit_p`` = min(1, n_classes * adjusted_p) <= alpha. A
+    confirmation's p-value is valid at every level (the sequential plan's overall p-value), so the union bound over
+    the declared attempts, sum_c M_c * alpha / (n_classes * M_c) = alpha, bounds the chance that any audit-significant
+    finding is false (family-wise error), whatever the planners did. Benjamini-Hochberg over the findings' adjusted p
+    would not: they are each <= alpha by construction, so it marks every finding significant.
+    """
+    c = max(1, n_classes)
+    for f in findings:
+        f["audit_p"] = min(1.0, c * float(f["confirmation"]["adjusted_p"]))
+        f["audit_significant"] = bool(f["audit_p"] <= alpha)
+    known = [m for m in declared if m is not None]
+    attempts = f"{sum(known)} declared confirmation attempts" if len(known) == len(declared) and known else (
+        "every declared confirmation attempt")
+    return {
+        "error": "family-wise",
+        "level": alpha,
+        "family": f"{attempts} of the audit's {n_classes} classes",
+        "method": (f"Bonferroni over classes: each class's confirmation family (attempts at alpha/M within the class) "
+                   f"gets alpha/{c}; audit_p = min(1, {c} x adjusted_p)"),
+        "statement": (f"the chance that any finding marked audit_significant is false is at most {alpha:g}, over "
+                      f"{attempts} of all {n_classes} classes; a finding that is not audit_significant is confirmed "
+                      f"within its class only (family-wise error {alpha:g} per class)"),
+        "audit_significant": sum(f["audit_significant"] for f in findings),
     }
 
 
@@ -126,14 +152,18 @@ def findings_table(summary: dict[str, Any]) -> Table:
     table.add_column("class", no_wrap=True)
     table.add_column("hypothesis", overflow="fold", ratio=3)
     table.add_column("confirmed", no_wrap=True)
-    for col in ("failures k/n [95% CI]", "baseline k/n [95% CI]", "rate ratio [95% CI]", "adj. p"):
+    for col in ("failures k/n [95% CI]", "baseline k/n [95% CI]", "rate ratio [95% CI]", "adj. p", "audit p"):
         table.add_column(col, overflow="fold", ratio=1)
+    control = summary.get("audit_control")
+    if isinstance(control, dict):
+        table.caption = f"audit p: {control['method']}; {control['statement']}"
     for row, confirmed in rows:
         e = row["confirmation"] if confirmed else row  # a finding's effect is its confirmation's estimate
         ci = e["rate_ratio_ci"]
         table.add_row(row["label"], row["caption"], "yes" if confirmed else "no", _kn(e["hypothesis"]),
                       _kn(e["baseline"]), f"{_x(e['rate_ratio'])} [{_x(ci[0])}, {_x(ci[1])}]",
-                      pv(e["adjusted_p"]), style=None if confirmed else "dim")
+                      pv(e["adjusted_p"]), pv(row["audit_p"]) if "audit_p" in row else "–",
+                      style=None if confirmed else "dim")
     return table
 
 

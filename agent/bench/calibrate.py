@@ -163,6 +163,7 @@ def calibration_run(job: CalibrationJob) -> dict[str, Any]:
             "hot": "=".join(hot) if hot else None, "status": record.status, "images": record.images,
             "seconds": record.seconds, "through": through,
             "false_findings": [f.caption for f in inv.findings if f.confirmed and null(f.caption)],
+            "false_finding_p": [f.confirmation.adjusted_p for f in inv.findings if f.confirmed and null(f.caption)],
             "real_findings": real, "confirmations": inv.confirmations_used,
             "discovery_tests": sum(t.purpose == "discovery" for t in rate_tests)}
 
@@ -170,6 +171,27 @@ def calibration_run(job: CalibrationJob) -> dict[str, Any]:
 def _rate(k: int, n: int) -> dict[str, Any]:
     r = stats.binomial_rate(k, n, method="clopper-pearson")
     return {"k": k, "n": n, "rate": r.rate, "ci": [r.low, r.high]}
+
+
+AUDIT_CLASSES = 12
+"""Null runs are grouped into audits of this many classes, in run order, for the audit-level rate."""
+
+
+def null_audits(runs: list[dict[str, Any]], alpha: float, classes: int = AUDIT_CLASSES) -> dict[str, Any]:
+    """Null runs taken ``classes`` at a time as the classes of one audit (the runs are independent, like an audit's
+    classes): how many audits list a false finding as audit-significant (``agent.audit.summary.audit_family``:
+    Bonferroni over the classes' declared confirmation families), and how many list one at all."""
+    from sleuth.agent.audit.summary import audit_family
+
+    groups = [runs[i:i + classes] for i in range(0, len(runs) - classes + 1, classes)]
+    significant = listed = 0
+    for g in groups:
+        findings = [{"confirmation": {"adjusted_p": p}} for r in g for p in r.get("false_finding_p", [])]
+        audit_family(findings, classes, alpha)
+        significant += any(f["audit_significant"] for f in findings)
+        listed += bool(findings)
+    return {"classes": classes, "audit_significant": _rate(significant, len(groups)),
+            "any_finding": _rate(listed, len(groups))}
 
 
 def summarise_calibration(runs: list[dict[str, Any]], planners: list[str], alpha: float) -> dict[str, Any]:
@@ -186,6 +208,8 @@ def summarise_calibration(runs: list[dict[str, Any]], planners: list[str], alpha
             if kind == "partial-null":
                 per[kind]["runs_with_a_real_finding"] = _rate(sum(bool(r["real_findings"]) for r in rs), len(rs))
             per[kind]["errors"] = sum(r["status"] == "error" for r in rs)
+            if kind == "null" and len(rs) >= AUDIT_CLASSES:
+                per[kind]["audits"] = null_audits(rs, alpha)
         out[p] = per
     held = all(v["finding"]["rate"] <= alpha and v["confirmation"]["rate"] <= alpha
                for per in out.values() for v in per.values())

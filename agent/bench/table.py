@@ -94,13 +94,14 @@ def calibration_table(out: dict[str, Any]) -> Table:
                     f"(95% CI), target ≤ {100 * out['alpha']:.0f}% for confirmation and finding",
               title_justify="left")
     for col in ("planner", "classifier", "discovery (screen)", "confirmation", "finding", "real finding",
-                "images/run"):
+                "audits of 12: audit-significant", "images/run"):
         t.add_column(col, justify="left" if col in ("planner", "classifier") else "right")
     for planner, per in out["planners"].items():
         for kind, v in per.items():
             real = _rate(v.get("runs_with_a_real_finding")) if kind == "partial-null" else "–"
+            audits = _rate(v["audits"]["audit_significant"]) if v.get("audits") else "–"
             t.add_row(planner, kind, _rate(v["discovery"]), _rate(v["confirmation"]), _rate(v["finding"]), real,
-                      f"{v['images_per_run']:,}")
+                      audits, f"{v['images_per_run']:,}")
     t.caption = ("held: every confirmation and finding rate ≤ alpha" if out["held"] else
                  "NOT HELD: a confirmation or finding rate exceeds alpha")
     return t

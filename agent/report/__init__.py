@@ -7,6 +7,7 @@ page (images and plots inline as data URIs, no script, no external resource: it 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from sleuth.agent.report.data import ReportError, RunReport, find_transcripts, load_runs
 
@@ -33,11 +34,27 @@ def build_report(path: str | Path, *, verify: bool = True, title: str | None = N
             mitigations.append(MitigationResult.model_validate_json(m.read_text(encoding="utf-8")))
         except (OSError, ValidationError) as e:
             raise ReportError(f"{m}: not a mitigation result: {str(e).splitlines()[0]}") from None
+    audit = audit_summary(path)
     if mitigations and not list(_transcripts(path)):
         runs = sorted({r for m in mitigations for r in m.runs})
         return render_report([r for run in runs for r in load_runs(run, verify=verify)], title=title,
                              mitigations=mitigations)
-    return render_report(load_runs(path, verify=verify), title=title, mitigations=mitigations)
+    return render_report(load_runs(path, verify=verify), title=title, mitigations=mitigations, audit=audit)
+
+
+def audit_summary(path: str | Path) -> dict[str, Any] | None:
+    """The ``summary.json`` of an audit at ``path`` (it states the audit's control across classes), if there is one
+    that says so; summaries of older audits, without a stated family, are left out."""
+    import json
+
+    f = Path(path) / "summary.json"
+    if not f.is_file():
+        return None
+    try:
+        data = json.loads(f.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise ReportError(f"{f}: not an audit summary: {e}") from None
+    return data if isinstance(data, dict) and isinstance(data.get("audit_control"), dict) else None
 
 
 def _transcripts(path: str | Path) -> list[Path]:

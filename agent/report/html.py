@@ -10,6 +10,7 @@ import html
 import io
 import math
 from pathlib import Path
+from typing import Any
 
 from PIL import Image
 
@@ -306,8 +307,25 @@ def render_mitigation(m: MitigationResult, mid: str) -> str:
             f"<th>after</th></tr></thead><tbody>{per_class}</tbody></table></details></section>")
 
 
+def render_audit(summary: dict[str, Any]) -> str:
+    """What holds across the audit's classes: the family, the error controlled and its level, and which findings
+    survive it (``audit_p``), beside each finding's adjusted p within its class."""
+    control = summary["audit_control"]
+    rows = "".join(
+        f"<tr class='{'yes' if f.get('audit_significant') else ''}'><td>{esc(f['label'])}</td>"
+        f"<td class='cap'>{esc(f['caption'])}</td><td class='num'>{fmt_p(f['confirmation']['adjusted_p'])}</td>"
+        f"<td class='num'>{fmt_p(f['audit_p'])}</td><td>{'yes' if f.get('audit_significant') else 'no'}</td></tr>"
+        for f in summary.get("findings", []) if "audit_p" in f)
+    table = ("<table class='audit'><thead><tr><th>class</th><th class='cap'>caption</th><th>adj. p (class)</th>"
+             f"<th>audit p</th><th>audit-significant</th></tr></thead><tbody>{rows}</tbody></table>" if rows
+             else "<p class='muted'>No finding was confirmed in any class.</p>")
+    return ("<section id='audit'><h2>Across the audit's classes</h2>"
+            f"<p>Controlled: {esc(control['error'])} error at {control['level']:g}, over {esc(control['family'])} "
+            f"({esc(control['method'])}): {esc(control['statement'])}.</p>{table}</section>")
+
+
 def render_report(runs: list[RunReport], title: str | None = None,
-                  mitigations: list[MitigationResult] | None = None) -> str:
+                  mitigations: list[MitigationResult] | None = None, audit: dict[str, Any] | None = None) -> str:
     """The whole page: one section per run, with an overview table when there are several, then any mitigation."""
     if title is None:
         title = (f"sleuth report: {runs[0].label or runs[0].run_id}" if len(runs) == 1
@@ -321,6 +339,8 @@ def render_report(runs: list[RunReport], title: str | None = None,
             f"<td class='num'>{r.budget.images_used:,}</td></tr>" for i, r in enumerate(runs))
         body.append("<table class='overview'><thead><tr><th>class</th><th>run</th><th>status</th><th>findings</th>"
                     f"<th>discovery tests</th><th>images</th></tr></thead><tbody>{rows}</tbody></table>")
+    if audit is not None:
+        body.append(render_audit(audit))
     body += [render_run(r, f"r{i}") for i, r in enumerate(runs)]
     body += [render_mitigation(m, f"m{i}") for i, m in enumerate(mitigations or [])]
     return ("<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"

@@ -154,7 +154,9 @@ def paired_rate_ratio(both: int, only_1: int, only_0: int, n: int, confidence: f
     (delta method, Agresti 2013 sec. 11.1.4): var(log RR) = (only_1 + only_0) / ((both + only_1)(both + only_0)).
     Pairing makes it narrower than the two-sample Katz interval when the conditions agree on most units. Sparse
     cells take Bonett and Price's (2006) adjustment: 0.5 is added to each discordant cell and 1 to the units for
-    the interval (not the point estimate), which keeps it finite and its coverage near nominal for small counts.
+    the interval (not the point estimate), which keeps it finite. Exact coverage at 95%: at least 90.6% at n = 20,
+    93.0% at 100 and 94.3% at 200 pairs, short of 94% only for ratios of 3 or more with 80-90% of failures shared
+    (tests/test_paired_coverage.py).
     """
     both = check_count("both", both)
     only_1 = check_count("only_1", only_1)

@@ -25,6 +25,9 @@ class ToyEditor:
         self.id = f"toyworld-editor:{self.world.name}"
         self.cost = EditCost(inversion=0.0, edit=1.0)
         """Reading the scene back is free; an edit renders one image."""
+        self.sham_is_placebo = True
+        """An edit changes only the attributes the parsed captions disagree on, and a neutral phrasing parses to
+        nothing: its edit re-renders the scene unchanged, as the sham does (tests/test_placebo.py checks it)."""
 
     def invert(self, generation: Generation) -> Scene:
         """The scene behind ``generation``; raises if the image is not an untouched toyworld render."""
