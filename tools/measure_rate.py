@@ -57,11 +57,12 @@ class Result(BaseModel):
     looks: list[int] = Field(default_factory=list, description="Sample sizes at which the test looked.")
     stopped: str = ""
     mcnemar: stats.McNemar | None = Field(None, description=(
-        "Counterfactual mode: the test, exact McNemar of each edited image against the same image sham-edited."))
+        "Counterfactual mode: the test, exact McNemar of each edited image against the same image control-edited "
+        "(a sham with the caption unchanged, or a placebo naming nothing new)."))
     sham: stats.McNemar | None = Field(None, description=(
-        "Counterfactual mode: the sham edit's own flips against the images as generated (the editor's effect)."))
+        "Counterfactual mode: the control edit's own flips against the images as generated (the editor's effect)."))
     original: stats.Rate | None = Field(None, description="Counterfactual mode: failures among the images as "
-                                                          "generated (the baseline is the sham-edited images).")
+                                                          "generated (the baseline is the control-edited images).")
     edited: stats.Rate | None = Field(None, description="Counterfactual mode: failures among the edited images.")
     flips: list[Flip] = Field(default_factory=list)
     measurement_id: str | None = None
@@ -92,7 +93,7 @@ def render(r: Result) -> list[Line]:
     if r.sham is not None:
         lines.append([("sham edit   ", "key"), (f"{r.sham.b} flipped to failure, {r.sham.c} back "
                                                 f"(the editor alone, caption unchanged)", "dim")])
-    lines.append([("baseline    ", "key"), (kn(r.baseline) + (" (sham-edited)" if r.sham is not None else ""), "")])
+    lines.append([("baseline    ", "key"), (kn(r.baseline) + (" (control-edited)" if r.sham is not None else ""), "")])
     lines.append([("rate ratio  ", "key"), (ratio(r.rate_ratio), "")])
     looks = f"; looks at n={', '.join(map(str, r.looks))}, stopped: {r.stopped}" if r.looks else ""
     over = ("declared confirmation attempts" if r.purpose == "confirmation" else "discovery tests so far")
@@ -209,7 +210,7 @@ def _counterfactual(inv: Investigation, args: Args, purpose: Purpose) -> Result:
                         f"({', '.join(sorted(pc.excluded_by))}): nothing to test")
     assert pc.failed_sham is not None and pc.vs_sham_to_failure is not None and pc.vs_sham_to_correct is not None
     assert pc.both_fail is not None and pc.sham_to_failure is not None and pc.sham_to_correct is not None
-    # The test: each edited image against the same image sham-edited (the editor's own effect held fixed).
+    # The test: each edited image against the same image control-edited (the editor's own effect held fixed).
     mc = stats.mcnemar_exact(pc.vs_sham_to_failure, pc.vs_sham_to_correct, alternative="greater")
     sham_mc = stats.mcnemar_exact(pc.sham_to_failure, pc.sham_to_correct, alternative="greater")
     test = inv.add_test(Test(id=f"t{len(inv.tests) + 1}", caption=args.caption, purpose=purpose,
@@ -227,9 +228,10 @@ def _counterfactual(inv: Investigation, args: Args, purpose: Purpose) -> Result:
         mcnemar=mc, sham=sham_mc, original=stats.binomial_rate(pc.failed_before, pc.pairs),
         edited=stats.binomial_rate(pc.failed_after, pc.pairs),
         flips=[f for f in flips if f.counted and f.failed_sham != f.failed_after][:8], verdict=verdict,
-        notes=[*notes, (f"{len(flips)} images edited from {inv.class_prompt!r}, each also sham-edited (same editor, "
-                        f"caption unchanged); of the {pc.pairs} counted, {pc.failed_before} fail as generated, "
-                        f"{pc.failed_sham} sham-edited, {pc.failed_after} edited"),
+        notes=[*notes, (f"{len(flips)} images edited from {inv.class_prompt!r}, each also control-edited (same "
+                        "editor: a sham with the caption unchanged, or a placebo naming nothing new, as said per "
+                        f"pair); of the {pc.pairs} counted, {pc.failed_before} fail as generated, "
+                        f"{pc.failed_sham} control-edited, {pc.failed_after} edited"),
                *([excluded] if excluded else [])],
         budget_charged=inv.budget.used - used,
     )

@@ -18,7 +18,7 @@ stops only when the images left cannot pay for the next step:
   the first tests come a few hundred images in.
 - **Tests and confirmation**: the surest candidate first; a supported test (or, in later passes, one whose
   unadjusted p-value would pass a confirmation) is confirmed at once on fresh seeds, its mechanism tested on class
-  images edited against their sham-edited twins, and recorded.
+  images edited against their control-edited twins, and recorded.
 - **Distinct findings, by what differs**: before a candidate is tested, the failures of its screen are captioned;
   the sentence most of them share and the class's own failures do not is what the candidate changes (its *idea*).
   A candidate whose idea is a finding's idea ("on a rock" after "on a mountain top", both captioned "it is on the
@@ -642,7 +642,7 @@ class AnytimePlanner(ScriptPlanner):
             (got,) = yield self.turn(
                 f"Confirmed: {pct(conf.hypothesis.failures)} vs {pct(conf.baseline)} (adjusted p="
                 f"{conf.adjusted_p:.2g}). Before recording, the mechanism: {COUNTERFACTUAL_N} class images "
-                "edited to the caption, each against its sham-edited twin (exact McNemar).",
+                "edited to the caption, each against its control-edited twin (exact McNemar).",
                 self.call("measure_rate", caption=c.caption, target_label=target, mode="counterfactual",
                           max_n=COUNTERFACTUAL_N, baseline_n=self._base_n(t)),
             )

@@ -16,7 +16,7 @@ Images are the cost that matters on real models, so this planner spends them whe
   candidate (caption, background, domain, object, adjective) and the failure modes (wrong labels) within a kind,
   surest first, shortest caption first within a mode.
 - **Confirmation at once** when a test is supported (fresh confirmation seeds and baseline), then a counterfactual
-  test of the mechanism on 20 class images (each edited against its sham-edited twin), then the record. While the
+  test of the mechanism on 20 class images (each edited against its control-edited twin), then the record. While the
   screen is still running, one finding per kind is confirmed, so that the first confirmation comes a few hundred
   images after its screen and a strong background cannot crowd out a co-occurring object; the rest wait for the
   whole screen.
@@ -490,7 +490,7 @@ class LeanPlanner(ScriptPlanner):
             (got,) = yield self.turn(
                 f"Confirmed: {pct(conf.hypothesis.failures)} vs {pct(conf.baseline)} (adjusted p="
                 f"{conf.adjusted_p:.2g}). Before recording, the mechanism: {self.counterfactual_n} class images "
-                "edited to the caption, each against its sham-edited twin (exact McNemar).",
+                "edited to the caption, each against its control-edited twin (exact McNemar).",
                 self.measure(c.caption, target, mode="counterfactual", max_n=self.counterfactual_n),
             )
             cf = ok(got, measure_rate.Result)
