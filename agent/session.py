@@ -17,7 +17,7 @@ from typing import Any
 
 from sleuth.agent.config import PlannerConfig, RunConfig
 from sleuth.agent.events import Event, RunStarted
-from sleuth.agent.planners import Mode, PlanFor, build_planner, declared_confirmations
+from sleuth.agent.planners import Mode, PlanFor, build_planner, declared_confirmations, declared_designs
 from sleuth.agent.planners import max_turns as planner_max_turns
 from sleuth.agent.runner import Planner, Runner, RunResult
 from sleuth.agent.transcript import TranscriptWriter
@@ -89,10 +89,19 @@ class Session:
         if self.config.confirmations is None:  # the planner's own family, recorded as declared
             self.config = self.config.model_copy(update={
                 "confirmations": declared_confirmations(self.config.planner.name, self.config.budget)})
+        if self.config.confirmation_designs is None and self.config.confirmation_sizes == "fixed":
+            designs = declared_designs(self.config.planner.name, self.config.budget, self.config.confirmations)
+            if designs is not None:  # recorded in run_started, before any baseline is drawn
+                self.config = self.config.model_copy(update={"confirmation_designs": designs})
+        if self.config.confirmation_designs is not None:
+            self.config = self.config.model_copy(update={
+                "confirmations": sum(d.attempts for d in self.config.confirmation_designs)})
         c = self.config
         self.investigation = Investigation(
             backends=self.backends, label=c.label, criterion=c.criterion, alpha=c.alpha,
             max_confirmations=c.confirmations or MAX_CONFIRMATIONS,
+            confirmation_designs=list(c.confirmation_designs) if c.confirmation_designs is not None else None,
+            legacy_confirmations=c.confirmation_sizes == "legacy",
             budget=Budget(images=c.budget), artifacts=self.artifacts, progress=self.progress, seed=c.seed,
             cache=self.cache if self.cache is not None else shared_cache(),
         )
@@ -117,7 +126,8 @@ class Session:
         return build_planner(config or self.config.planner, PlanFor(
             label=self.label, class_prompt=inv.class_prompt, labels=inv.labels.labels, budget=inv.budget.images,
             seed=self.config.seed, alpha=self.config.alpha, mode=mode, session=self,
-            confirmations=inv.max_confirmations))
+            confirmations=inv.max_confirmations,
+            designs=tuple(inv.confirmation_designs) if inv.confirmation_designs is not None else None))
 
     def runner(self, writer: TranscriptWriter, **hooks: Any) -> Runner:
         """A runner writing this session's events to ``writer`` (``hooks``: see ``Runner``)."""

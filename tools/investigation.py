@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
 
 from sleuth.tools import stats
 from sleuth.tools.artifacts import ArtifactStore
@@ -29,6 +30,27 @@ CONFIRMATION_OFFSET = 1 << 40
 SEEDS_PER_INVESTIGATION = 1 << 24
 
 MAX_IMAGES_PER_CALL = 5000
+
+
+class ConfirmationDesign(BaseModel):
+    """The sizes of a confirmation attempt, fixed before the confirmation baseline is drawn (tools/stats/__init__.py:
+    a design chosen after the baseline's count is seen would make Fisher's p invalid given that count)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    first_n: int = Field(ge=10, le=2000, description="Images at the first look.")
+    max_n: int = Field(ge=20, le=5000, description="Most images of an attempt.")
+    attempts: int = Field(ge=1, le=100, description="Attempts of the declared family made with these sizes.")
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return min(self.first_n, self.max_n), self.max_n
+
+    def plan(self, alpha: float) -> stats.SequentialPlan:
+        return stats.default_plan(self.max_n, first=self.key[0], alpha=alpha)
+
+    def text(self) -> str:
+        return f"first look {self.key[0]}, at most {self.max_n} images"
 
 
 @dataclass
@@ -124,6 +146,8 @@ class Test:
     kind: str = "rate"
     adjusted_p: float = float("nan")
     verdict: str = ""
+    design: tuple[int, int] | None = None
+    """A confirmation attempt's (first look, most images), as fixed before the confirmation baseline was drawn."""
 
 
 @dataclass
@@ -140,6 +164,12 @@ class Investigation:
     """The declared size of the confirmation family: every confirmation attempt spends one of these, and each is
     tested at alpha / max_confirmations (Bonferroni over the declared family, valid for any sequence of calls; see
     tools/stats/__init__.py). Its adjusted p-values are final when printed."""
+    confirmation_designs: list[ConfirmationDesign] | None = None
+    """The declared confirmation designs, each with its share of the family's attempts (their sum is
+    ``max_confirmations``). None: the first confirmation attempt declares its sizes for all ``max_confirmations``
+    attempts, before it draws the confirmation baseline. Either way no attempt's sizes can depend on that baseline."""
+    legacy_confirmations: bool = False
+    """Replays of runs recorded before designs were fixed: any sizes per attempt, as those runs had them."""
     budget: Budget = field(default_factory=Budget)
     artifacts: ArtifactStore | None = None
     store_successes: int = 4
@@ -163,6 +193,11 @@ class Investigation:
         if not 0 <= self.seed < (1 << 16):
             raise ToolError(f"investigation seed must be in [0, 65535], got {self.seed}")
         self._next_seed = dict(self.seed_bases())
+        if self.confirmation_designs is not None:
+            if not self.confirmation_designs or len({d.key for d in self.confirmation_designs}) != \
+                    len(self.confirmation_designs):
+                raise ToolError("confirmation designs must be given, each sizes once")
+            self.max_confirmations = sum(d.attempts for d in self.confirmation_designs)
         if self.cache is None:
             self.cache = PredictionCache()
 
@@ -320,6 +355,33 @@ class Investigation:
                             f"is tested at alpha/{self.max_confirmations}, so that any sequence of attempts keeps "
                             "the family-wise error at alpha); record what is confirmed, then finish")
         return self.alpha / self.max_confirmations
+
+    def confirmation_design(self, first_n: int, max_n: int) -> ConfirmationDesign:
+        """The declared design an attempt of these sizes uses, or a ToolError naming the designs left.
+
+        Called before the attempt draws anything. Without declared designs, the first attempt declares its sizes
+        for the whole family: it is made before the confirmation baseline is drawn (that attempt draws it)."""
+        self.confirmation_alpha()
+        key = (min(first_n, max_n), max_n)
+        if self.legacy_confirmations:
+            return ConfirmationDesign(first_n=key[0], max_n=max_n, attempts=self.max_confirmations)
+        if self.confirmation_designs is None:
+            self.confirmation_designs = [ConfirmationDesign(first_n=key[0], max_n=max_n,
+                                                            attempts=self.max_confirmations)]
+        left = {d.key: d.attempts - self.design_attempts(d.key) for d in self.confirmation_designs}
+        offer = "; ".join(f"first_n={k[0]}, max_n={k[1]} ({n} left)" for k, n in left.items() if n > 0)
+        for d in self.confirmation_designs:
+            if d.key == key:
+                if left[key] <= 0:
+                    raise ToolError(f"the {d.attempts} confirmation attempts declared with first_n={key[0]}, "
+                                    f"max_n={max_n} are spent; attempts left: {offer or 'none'}")
+                return d
+        raise ToolError(f"a confirmation's sizes are fixed before the confirmation baseline is drawn (so that no "
+                        f"attempt's sizes can follow that baseline's count); first_n={key[0]}, max_n={max_n} is not "
+                        f"a declared design; attempts left: {offer or 'none'}")
+
+    def design_attempts(self, key: tuple[int, int]) -> int:
+        return sum(t.purpose == "confirmation" and t.kind == "rate" and t.design == key for t in self.tests)
 
     def test(self, tid: str) -> Test:
         for t in self.tests:

@@ -121,8 +121,15 @@ def _sequential(inv: Investigation, args: Args, purpose: Purpose) -> Result:
     # A confirmation is tested at its share of the declared confirmation family, so a sequential stop for success
     # happens only where the test survives the correction it faces.
     level = inv.confirmation_alpha() if purpose == "confirmation" else inv.alpha
+    design = inv.confirmation_design(args.first_n, args.max_n) if purpose == "confirmation" else None
+    # Sizes fixed before the baseline is seen are what keeps a confirmation valid; so is a budget stop without the
+    # unspent alpha, since the budget left is the planner's to steer (tools/stats/__init__.py).
+    fixed = design is not None and not inv.legacy_confirmations
     base = inv.baseline(purpose, args.baseline_n)
-    plan = stats.default_plan(args.max_n, first=min(args.first_n, args.max_n), alpha=level)
+    if design is not None:
+        plan = design.plan(level)
+    else:
+        plan = stats.default_plan(args.max_n, first=min(args.first_n, args.max_n), alpha=level)
     sample = None
     p_values: list[float] = []
     looks: list[int] = []
@@ -139,7 +146,7 @@ def _sequential(inv: Investigation, args: Args, purpose: Purpose) -> Result:
         looks.append(look_n)
         # When the budget cannot pay for the next look, this one is the last: known before its outcome is seen,
         # so it may spend the rest of the alpha.
-        final = j + 1 < len(plan.looks) and plan.looks[j + 1] - look_n > inv.budget.left
+        final = j + 1 < len(plan.looks) and plan.looks[j + 1] - look_n > inv.budget.left and not fixed
         decision = plan.decide(j, sample.k, sample.n, base.k, base.n, final=final)
         p_values.append(decision.p_value)
         declared_final = final
@@ -153,7 +160,8 @@ def _sequential(inv: Investigation, args: Args, purpose: Purpose) -> Result:
     p_seq = plan.overall_p_value(p_values, final=declared_final)
     assert sample is not None
     test = inv.add_test(Test(id=f"t{len(inv.tests) + 1}", caption=args.caption, purpose=purpose, p_value=p_seq,
-                             k1=sample.k, n1=sample.n, k0=base.k, n0=base.n))
+                             k1=sample.k, n1=sample.n, k0=base.k, n0=base.n,
+                             design=design.key if design is not None else None))
     m = inv.store(sample)
     ratio = stats.rate_ratio(sample.k, sample.n, base.k, base.n)
     family_size, method = family_of(inv, purpose)
@@ -161,6 +169,14 @@ def _sequential(inv: Investigation, args: Args, purpose: Purpose) -> Result:
     if sample.unrendered:
         notes.append(f"the generator could not render: {', '.join(sample.unrendered)}; "
                      "this caption was not fully tested")
+    if fixed:
+        assert design is not None
+        notes.append(f"sizes fixed before the confirmation baseline was drawn: {design.text()} (looks at "
+                     f"n={', '.join(map(str, plan.looks))}); attempt {inv.design_attempts(design.key)} of the "
+                     f"{design.attempts} declared with these sizes, of {inv.max_confirmations} in all")
+        if stopped == "budget":
+            notes.append("the budget ended the attempt before its last look; the looks made kept their planned "
+                         "thresholds")
     verdict = _verdict(test.adjusted_p, inv.alpha, stopped, ratio)
     test.verdict = verdict
     return Result(

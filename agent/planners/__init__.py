@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Literal
 from sleuth.agent.config import PlannerConfig
 from sleuth.agent.runner import Planner
 from sleuth.tools.defaults import ALPHA, BASELINE_N, MAX_CONFIRMATIONS
+from sleuth.tools.investigation import ConfirmationDesign
 
 if TYPE_CHECKING:
     from sleuth.agent.session import Session
@@ -37,6 +38,8 @@ class PlanFor:
     """The run the planner plans for: an LLM planner reads its images and lends its model to the tools."""
     confirmations: int = MAX_CONFIRMATIONS
     """The declared confirmation attempts (each tested at alpha / this)."""
+    designs: tuple[ConfirmationDesign, ...] | None = None
+    """The declared confirmation sizes, when the run declared them."""
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,9 @@ class PlannerSpec:
     """Most turns of a run unless the config says otherwise."""
     confirmations: Callable[[int], int] | None = None
     """The confirmation attempts it declares for a budget (None: MAX_CONFIRMATIONS)."""
+    designs: Callable[[int], list[ConfirmationDesign]] | None = None
+    """Its confirmation sizes for a family of that many attempts, declared before any baseline is drawn (None: its
+    first confirmation's sizes serve every attempt)."""
 
 
 def confirmations_by_budget(budget: int) -> int:
@@ -66,7 +72,7 @@ def _protocol(c: PlannerConfig, p: PlanFor) -> Planner:
     from sleuth.agent.planners.anytime import AnytimePlanner
 
     return AnytimePlanner(p.label, p.class_prompt, baseline_n=c.baseline_n or LEAN_BASELINE_N, budget=p.budget,
-                          confirmations=p.confirmations)
+                          confirmations=p.confirmations, designs=list(p.designs) if p.designs else None)
 
 
 def _protocol_v2(c: PlannerConfig, p: PlanFor) -> Planner:
@@ -136,7 +142,8 @@ PLANNERS: dict[str, PlannerSpec] = {s.name: s for s in (
                             "ladder of small looks, tests and confirmation at once, in passes at 3x, 2x and 1.5x the "
                             "class's failure rate while images remain; distinct findings by what their failures "
                             "show (offline, deterministic; the default)",
-                _protocol, baseline_n=LEAN_BASELINE_N, max_turns=1000, confirmations=confirmations_by_budget),
+                _protocol, baseline_n=LEAN_BASELINE_N, max_turns=1000, confirmations=confirmations_by_budget,
+                designs=lambda m: _protocol_designs(m)),
     PlannerSpec("protocol-v2", "the earlier protocol: one pass at 3x, at most two findings per failure mode, a stop "
                                "when nothing plausible at 3x is left", _protocol_v2, baseline_n=LEAN_BASELINE_N),
     PlannerSpec("protocol-v1", "the earlier protocol: screens, then tests two dozen perturbations and the caption "
@@ -166,6 +173,20 @@ def declared_confirmations(name: str, budget: int) -> int:
     """The confirmation attempts the planner ``name`` declares for ``budget`` images."""
     spec = PLANNERS.get(name)
     return spec.confirmations(budget) if spec is not None and spec.confirmations is not None else MAX_CONFIRMATIONS
+
+
+def declared_designs(name: str, budget: int, confirmations: int | None) -> list[ConfirmationDesign] | None:
+    """The confirmation sizes the planner ``name`` declares for its family of ``confirmations`` attempts."""
+    spec = PLANNERS.get(name)
+    if spec is None or spec.designs is None:
+        return None
+    return spec.designs(confirmations or declared_confirmations(name, budget))
+
+
+def _protocol_designs(m: int) -> list[ConfirmationDesign]:
+    from sleuth.agent.planners.anytime import PASSES, pass_designs
+
+    return pass_designs(PASSES, m)
 
 
 def max_turns(config: PlannerConfig) -> int:

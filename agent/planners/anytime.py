@@ -25,6 +25,8 @@ stops only when the images left cannot pay for the next step:
   rocks") is another phrasing of that finding and waits; so does one that holds every content word of a finding
   and more. Different ideas are confirmed however they fail: two attributes that fail as the same wrong label are
   two findings, grouped by that label in the answer. Other phrasings get the images and attempts left at the end.
+- **Confirmation sizes** are declared before any baseline is drawn (``pass_designs``): each pass's sizes get a share
+  of the attempts; a pass whose share is spent confirms with another pass's sizes, larger first.
 - **The stop** says which target the budget reached and which it could not.
 
 The tools keep the statistics' guarantees whatever a planner does; this one only decides where images go.
@@ -47,6 +49,7 @@ from sleuth.agent.runner import Turn
 from sleuth.tools import caption_failures, generate_and_classify, measure_rate, perturb_caption, record_finding
 from sleuth.tools.common import SampleSummary
 from sleuth.tools.defaults import ALPHA, MAX_CONFIRMATIONS
+from sleuth.tools.investigation import ConfirmationDesign
 
 
 @dataclass(frozen=True)
@@ -104,6 +107,17 @@ IDEA_LIFT = 0.25
 """A candidate's idea: the caption sentence at least IDEA_SHARE of its captioned failures share, and IDEA_LIFT more
 of them than of the class's own failures."""
 NAMED = 5
+
+
+def pass_designs(passes: tuple[Target, ...], m: int) -> list[ConfirmationDesign]:
+    """The confirmation sizes of the passes, declared before any baseline: the first pass (strong effects, the most
+    attempts) gets what the others leave, each later pass a fifth of the ``m`` attempts."""
+    keys = list(dict.fromkeys((min(t.first_n, t.test_n), t.test_n) for t in passes))
+    later = [m // 5] * (len(keys) - 1)
+    if sum(later) >= m:
+        later = [0] * (len(keys) - 1)
+    shares = [m - sum(later), *later]
+    return [ConfirmationDesign(first_n=f, max_n=n, attempts=a) for (f, n), a in zip(keys, shares) if a > 0]
 
 
 def posterior(k: int, n: int, p0: float) -> tuple[float, float]:
@@ -222,7 +236,7 @@ class AnytimePlanner(ScriptPlanner):
 
     def __init__(self, label: str, class_prompt: str, *, baseline_n: int | None = None, budget: int | None = None,
                  max_hypotheses: int = 4, passes: tuple[Target, ...] = PASSES, confirmations: int = MAX_CONFIRMATIONS,
-                 name: str = "protocol") -> None:
+                 name: str = "protocol", designs: list[ConfirmationDesign] | None = None) -> None:
         super().__init__(name, model=name)
         self.label = label
         self.class_prompt = class_prompt
@@ -233,6 +247,9 @@ class AnytimePlanner(ScriptPlanner):
         self.confirmations = confirmations
         """The declared confirmation attempts (the session's family; each is tested at alpha / this)."""
         self._attempts = 0
+        self.designs = designs if designs is not None else pass_designs(passes, confirmations)
+        """The declared confirmation sizes (each with its share of the attempts)."""
+        self._used: Counter[tuple[int, int]] = Counter()
         self._confirmed_once = False
         self._p0 = 0.0
         self._common: dict[str, float] = {}
@@ -262,8 +279,15 @@ class AnytimePlanner(ScriptPlanner):
         return self.call("measure_rate", caption=caption, target_label=target, baseline_n=self._base_n(t),
                          **arguments)
 
+    def _design(self, t: Target) -> ConfirmationDesign | None:
+        """The declared sizes for a confirmation in pass ``t``: its own while they have attempts left, else another
+        pass's, larger first."""
+        own = (min(t.first_n, t.test_n), t.test_n)
+        order = sorted(self.designs, key=lambda d: (d.key != own, d.max_n < t.test_n, abs(d.max_n - t.test_n)))
+        return next((d for d in order if self._used[d.key] < d.attempts), None)
+
     def _cannot_confirm(self, t: Target) -> str:
-        if self._attempts >= self.confirmations:
+        if self._attempts >= self.confirmations or self._design(t) is None:
             return (f"the investigation's {self.confirmations} confirmation attempts are spent (each is tested at "
                     f"alpha/{self.confirmations})")
         if not self._affords(0, t):
@@ -588,15 +612,18 @@ class AnytimePlanner(ScriptPlanner):
 
     def _confirm(self, c: Candidate, r: measure_rate.Result, t: Target) -> Generator[Turn, Results, Found | None]:
         target = c.confusion or top_confusion(r)
+        design = self._design(t)
+        assert design is not None, "_cannot_confirm is checked before every confirmation"
         (first,) = yield self.turn(
             f"{c.caption!r} is supported in discovery: {pct(r.hypothesis.failures) if r.hypothesis else 'n/a'} vs "
             f"{pct(r.baseline)}, {ratio_text(r.rate_ratio)}, p={r.p_value:.2g} (adjusted {r.adjusted_p:.2g}). I "
             "confirm it now, on fresh seeds disjoint from every image so far.",
-            self.call("measure_rate", caption=c.caption, target_label=target, confirm=True, max_n=t.test_n,
-                      first_n=t.first_n, baseline_n=self.confirmation_baseline()),
+            self.call("measure_rate", caption=c.caption, target_label=target, confirm=True, max_n=design.max_n,
+                      first_n=design.first_n, baseline_n=self.confirmation_baseline()),
         )
         self._confirmed_once = True
         self._attempts += 1
+        self._used[design.key] += 1
         conf = ok(first, measure_rate.Result)
         if conf is None or conf.verdict != "supported" or conf.hypothesis is None:
             why = first.error if conf is None else f"adjusted p={conf.adjusted_p:.2g}"
