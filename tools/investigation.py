@@ -148,6 +148,8 @@ class Test:
     verdict: str = ""
     design: tuple[int, int] | None = None
     """A confirmation attempt's (first look, most images), as fixed before the confirmation baseline was drawn."""
+    effect: stats.RatioCI | None = None
+    """A supported confirmation's rate ratio corrected for its selection and early stop (stats.selection)."""
 
 
 @dataclass

@@ -56,6 +56,10 @@ class Result(BaseModel):
     adjust_method: str
     looks: list[int] = Field(default_factory=list, description="Sample sizes at which the test looked.")
     stopped: str = ""
+    effect: stats.RatioCI | None = Field(None, description=(
+        "A supported confirmation: its rate ratio corrected for being selected (a finding is recorded only when the "
+        "confirmation rejects) and for the early stop: conditionally median-unbiased, with a 95% interval given "
+        "that selection. The naive rate_ratio of a recorded confirmation is biased upwards."))
     mcnemar: stats.McNemar | None = Field(None, description=(
         "Counterfactual mode: the test, exact McNemar of each edited image against the same image sham-edited."))
     sham: stats.McNemar | None = Field(None, description=(
@@ -94,6 +98,9 @@ def render(r: Result) -> list[Line]:
                                                 f"(the editor alone, caption unchanged)", "dim")])
     lines.append([("baseline    ", "key"), (kn(r.baseline) + (" (sham-edited)" if r.sham is not None else ""), "")])
     lines.append([("rate ratio  ", "key"), (ratio(r.rate_ratio), "")])
+    if r.effect is not None:
+        lines.append([("effect      ", "key"), (f"{ratio(r.effect)} (corrected for the selection and the early stop)",
+                                                "")])
     looks = f"; looks at n={', '.join(map(str, r.looks))}, stopped: {r.stopped}" if r.looks else ""
     over = ("declared confirmation attempts" if r.purpose == "confirmation" else "discovery tests so far")
     lines.append([("p           ", "key"), (f"{pv(r.p_value)}, {r.adjust_method}-adjusted {pv(r.adjusted_p)} over "
@@ -169,6 +176,11 @@ def _sequential(inv: Investigation, args: Args, purpose: Purpose) -> Result:
     if sample.unrendered:
         notes.append(f"the generator could not render: {', '.join(sample.unrendered)}; "
                      "this caption was not fully tested")
+    effect = None
+    if fixed and stopped == "success":
+        # The look that rejected is the last one made; the estimate conditions on that selection.
+        effect = stats.conditional_effect(plan, sample.k, len(looks) - 1, base.k, base.n)
+        test.effect = effect
     if fixed:
         assert design is not None
         notes.append(f"sizes fixed before the confirmation baseline was drawn: {design.text()} (looks at "
@@ -182,7 +194,7 @@ def _sequential(inv: Investigation, args: Args, purpose: Purpose) -> Result:
     return Result(
         test_id=test.id, caption=args.caption, purpose=purpose, mode="sample",
         hypothesis=summarise(sample, args.target_label), baseline=stats.binomial_rate(base.k, base.n),
-        rate_ratio=ratio, p_value=p_seq, adjusted_p=test.adjusted_p, family_size=family_size,
+        rate_ratio=ratio, effect=effect, p_value=p_seq, adjusted_p=test.adjusted_p, family_size=family_size,
         adjust_method=method, looks=looks, stopped=stopped,
         measurement_id=m.id, verdict=verdict, notes=notes,
     )

@@ -50,6 +50,7 @@ from sleuth.tools import caption_failures, generate_and_classify, measure_rate, 
 from sleuth.tools.common import SampleSummary
 from sleuth.tools.defaults import ALPHA, MAX_CONFIRMATIONS
 from sleuth.tools.investigation import ConfirmationDesign
+from sleuth.tools.stats import RatioCI
 
 
 @dataclass(frozen=True)
@@ -107,6 +108,11 @@ IDEA_LIFT = 0.25
 """A candidate's idea: the caption sentence at least IDEA_SHARE of its captioned failures share, and IDEA_LIFT more
 of them than of the class's own failures."""
 NAMED = 5
+
+
+def effect(conf: measure_rate.Result) -> RatioCI | None:
+    """A confirmation's effect: corrected for its selection and early stop where the tool gives it."""
+    return conf.effect or conf.rate_ratio
 
 
 def pass_designs(passes: tuple[Target, ...], m: int) -> list[ConfirmationDesign]:
@@ -647,7 +653,7 @@ class AnytimePlanner(ScriptPlanner):
             f"Recording {c.caption!r}.",
             self.call("record_finding", caption=c.caption, discovery_test=r.test_id, confirmation_test=conf.test_id,
                       counterfactual_test=cf.test_id if cf is not None else None,
-                      summary=f"{c.caption!r} fails {pct(conf.hypothesis.failures)}, {ratio_text(conf.rate_ratio)} "
+                      summary=f"{c.caption!r} fails {pct(conf.hypothesis.failures)}, {ratio_text(effect(conf))} "
                               f"the baseline on fresh seeds; {cf_text}."),
         )
         if ok(rec, record_finding.Result) is None:
@@ -658,12 +664,12 @@ class AnytimePlanner(ScriptPlanner):
                  tested: int, supported: int, screened_images: int, reached: list[str], stop: str) -> str:
         base = s.failures
         groups: dict[str | None, list[Found]] = {}
-        for f in sorted(found, key=lambda f: -(f.confirmation.rate_ratio.low if f.confirmation.rate_ratio else 0)):
+        for f in sorted(found, key=lambda f: -(e.low if (e := effect(f.confirmation)) else 0)):
             groups.setdefault(f.label, []).append(f)
 
         def one(f: Found) -> str:
             more = f" (also phrased {', '.join(repr(p) for p in f.phrasings[:3])})" if f.phrasings else ""
-            return f"{f.candidate.caption!r} {ratio_text(f.confirmation.rate_ratio)}{more}"
+            return f"{f.candidate.caption!r} {ratio_text(effect(f.confirmation))}{more}"
 
         listing = " ".join(f"Failing as {label or 'other labels'}: " + "; ".join(one(f) for f in fs) + "."
                            for label, fs in groups.items())
