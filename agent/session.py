@@ -17,7 +17,7 @@ from typing import Any
 
 from sleuth.agent.config import PlannerConfig, RunConfig
 from sleuth.agent.events import Event, RunStarted
-from sleuth.agent.planners import Mode, PlanFor, build_planner, declared_confirmations, declared_designs
+from sleuth.agent.planners import Mode, PlanFor, build_planner, declared_confirmations
 from sleuth.agent.planners import max_turns as planner_max_turns
 from sleuth.agent.runner import Planner, Runner, RunResult
 from sleuth.agent.transcript import TranscriptWriter
@@ -89,10 +89,6 @@ class Session:
         if self.config.confirmations is None:  # the planner's own family, recorded as declared
             self.config = self.config.model_copy(update={
                 "confirmations": declared_confirmations(self.config.planner.name, self.config.budget)})
-        if self.config.confirmation_designs is None and self.config.confirmation_sizes == "fixed":
-            designs = declared_designs(self.config.planner.name, self.config.budget, self.config.confirmations)
-            if designs is not None:  # recorded in run_started, before any baseline is drawn
-                self.config = self.config.model_copy(update={"confirmation_designs": designs})
         if self.config.confirmation_designs is not None:
             self.config = self.config.model_copy(update={
                 "confirmations": sum(d.attempts for d in self.config.confirmation_designs)})
@@ -127,10 +123,19 @@ class Session:
             label=self.label, class_prompt=inv.class_prompt, labels=inv.labels.labels, budget=inv.budget.images,
             seed=self.config.seed, alpha=self.config.alpha, mode=mode, session=self,
             confirmations=inv.max_confirmations,
-            designs=tuple(inv.confirmation_designs) if inv.confirmation_designs is not None else None))
+            designs=tuple(c) if (c := self.config.confirmation_designs) is not None else None))
+
+    def join_transcript(self, started: RunStarted) -> None:
+        """Count this session's confirmation attempts with every run of the transcript ``started`` begins (its
+        forks and resumes share that line, and with it the confirmation baseline)."""
+        if self.config.confirmation_sizes == "fixed":
+            self.investigation.family = started.hash
 
     def runner(self, writer: TranscriptWriter, **hooks: Any) -> Runner:
         """A runner writing this session's events to ``writer`` (``hooks``: see ``Runner``)."""
+        if writer.events and isinstance(writer.events[0], RunStarted):
+            self.join_transcript(writer.events[0])
+        writer.subscribe(lambda e: self.join_transcript(e) if isinstance(e, RunStarted) else None)
         for callback in self.subscribers:
             writer.subscribe(callback)
         return Runner(investigation_tools(), self.ctx, writer, **hooks)

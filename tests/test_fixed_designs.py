@@ -135,3 +135,17 @@ def looks_of(inv, r):
     s = inv.measurement(r.measurement_id).sample
     failed = s.failed & s.valid
     return [(int(failed[:n].sum()), int(s.valid[:n].sum())) for n in r.looks]
+
+
+def test_the_first_attempt_may_declare_every_attempts_sizes(tmp_path):
+    ctx = context(tmp_path, max_confirmations=3)
+    designs = [{"first_n": 30, "max_n": 300, "attempts": 2}, {"first_n": 50, "max_n": 800, "attempts": 1}]
+    with pytest.raises(ToolError, match="share out the 3 declared confirmation attempts"):
+        call(ctx, "measure_rate", caption=SNOW, confirm=True, max_n=300, first_n=30, designs=designs[:1])
+    call(ctx, "measure_rate", caption=SNOW, confirm=True, max_n=300, first_n=30, designs=designs)
+    assert [d.key for d in ctx.investigation.confirmation_designs] == [(30, 300), (50, 800)]
+    # Declared once: a later attempt cannot change them (it has seen the baseline).
+    with pytest.raises(ToolError, match="declared already"):
+        call(ctx, "measure_rate", caption=NULL, confirm=True, max_n=300, first_n=30,
+             designs=[{"first_n": 30, "max_n": 300, "attempts": 1}, {"first_n": 100, "max_n": 1600, "attempts": 2}])
+    assert call(ctx, "measure_rate", caption=NULL, confirm=True, max_n=800, first_n=50).family_size == 3

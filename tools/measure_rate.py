@@ -20,7 +20,15 @@ from sleuth.tools.common import SampleSummary, investigation, sample_line, summa
 from sleuth.tools.context import ToolContext
 from sleuth.tools.counterfactual import Flip, counterfactual_pairs, counterfactual_size, mcnemar_text, paired_counts
 from sleuth.tools.defaults import BASELINE_N
-from sleuth.tools.investigation import Investigation, Purpose, Test, merge, normalise_caption, split_sentences
+from sleuth.tools.investigation import (
+    ConfirmationDesign,
+    Investigation,
+    Purpose,
+    Test,
+    merge,
+    normalise_caption,
+    split_sentences,
+)
 from sleuth.tools.registry import ToolError
 from sleuth.tools.text import VERDICT_STYLE, Line, kn, kn_short, pv, quote, ratio
 
@@ -40,6 +48,10 @@ class Args(BaseModel):
     first_n: int = Field(100, ge=10, le=2000, description="Images at the first look.")
     baseline_n: int = Field(BASELINE_N, ge=50, le=20_000,
                             description="Least baseline size (class prompt, same seed space).")
+    designs: list[ConfirmationDesign] | None = Field(None, description=(
+        "confirm=true, first attempt only: the sizes every confirmation attempt may use, each with its share of the "
+        "declared attempts (they must add up to them). Fixed before the confirmation baseline is drawn. Default: "
+        "this call's first_n and max_n serve every attempt."))
 
 
 class Result(BaseModel):
@@ -128,7 +140,9 @@ def _sequential(inv: Investigation, args: Args, purpose: Purpose) -> Result:
     # A confirmation is tested at its share of the declared confirmation family, so a sequential stop for success
     # happens only where the test survives the correction it faces.
     level = inv.confirmation_alpha() if purpose == "confirmation" else inv.alpha
-    design = inv.confirmation_design(args.first_n, args.max_n) if purpose == "confirmation" else None
+    design = (inv.confirmation_design(args.first_n, args.max_n, caption=args.caption, baseline_n=args.baseline_n,
+                                      designs=args.designs)
+              if purpose == "confirmation" else None)
     # Sizes fixed before the baseline is seen are what keeps a confirmation valid; so is a budget stop without the
     # unspent alpha, since the budget left is the planner's to steer (tools/stats/__init__.py).
     fixed = design is not None and not inv.legacy_confirmations

@@ -39,7 +39,8 @@ class PlanFor:
     confirmations: int = MAX_CONFIRMATIONS
     """The declared confirmation attempts (each tested at alpha / this)."""
     designs: tuple[ConfirmationDesign, ...] | None = None
-    """The declared confirmation sizes, when the run declared them."""
+    """The confirmation sizes the run config declared, if it did (else a planner may declare its own with its
+    first confirmation)."""
 
 
 @dataclass(frozen=True)
@@ -57,9 +58,6 @@ class PlannerSpec:
     """Most turns of a run unless the config says otherwise."""
     confirmations: Callable[[int], int] | None = None
     """The confirmation attempts it declares for a budget (None: MAX_CONFIRMATIONS)."""
-    designs: Callable[[int], list[ConfirmationDesign]] | None = None
-    """Its confirmation sizes for a family of that many attempts, declared before any baseline is drawn (None: its
-    first confirmation's sizes serve every attempt)."""
 
 
 def confirmations_by_budget(budget: int) -> int:
@@ -142,8 +140,7 @@ PLANNERS: dict[str, PlannerSpec] = {s.name: s for s in (
                             "ladder of small looks, tests and confirmation at once, in passes at 3x, 2x and 1.5x the "
                             "class's failure rate while images remain; distinct findings by what their failures "
                             "show (offline, deterministic; the default)",
-                _protocol, baseline_n=LEAN_BASELINE_N, max_turns=1000, confirmations=confirmations_by_budget,
-                designs=lambda m: _protocol_designs(m)),
+                _protocol, baseline_n=LEAN_BASELINE_N, max_turns=1000, confirmations=confirmations_by_budget),
     PlannerSpec("protocol-v2", "the earlier protocol: one pass at 3x, at most two findings per failure mode, a stop "
                                "when nothing plausible at 3x is left", _protocol_v2, baseline_n=LEAN_BASELINE_N),
     PlannerSpec("protocol-v1", "the earlier protocol: screens, then tests two dozen perturbations and the caption "
@@ -173,20 +170,6 @@ def declared_confirmations(name: str, budget: int) -> int:
     """The confirmation attempts the planner ``name`` declares for ``budget`` images."""
     spec = PLANNERS.get(name)
     return spec.confirmations(budget) if spec is not None and spec.confirmations is not None else MAX_CONFIRMATIONS
-
-
-def declared_designs(name: str, budget: int, confirmations: int | None) -> list[ConfirmationDesign] | None:
-    """The confirmation sizes the planner ``name`` declares for its family of ``confirmations`` attempts."""
-    spec = PLANNERS.get(name)
-    if spec is None or spec.designs is None:
-        return None
-    return spec.designs(confirmations or declared_confirmations(name, budget))
-
-
-def _protocol_designs(m: int) -> list[ConfirmationDesign]:
-    from sleuth.agent.planners.anytime import PASSES, pass_designs
-
-    return pass_designs(PASSES, m)
 
 
 def max_turns(config: PlannerConfig) -> int:

@@ -625,7 +625,9 @@ class AnytimePlanner(ScriptPlanner):
             f"{pct(r.baseline)}, {ratio_text(r.rate_ratio)}, p={r.p_value:.2g} (adjusted {r.adjusted_p:.2g}). I "
             "confirm it now, on fresh seeds disjoint from every image so far.",
             self.call("measure_rate", caption=c.caption, target_label=target, confirm=True, max_n=design.max_n,
-                      first_n=design.first_n, baseline_n=self.confirmation_baseline()),
+                      first_n=design.first_n, baseline_n=self.confirmation_baseline(),
+                      # The first attempt declares every pass's sizes, before it draws the confirmation baseline.
+                      **({} if self._confirmed_once else {"designs": [d.model_dump() for d in self.designs]})),
         )
         self._confirmed_once = True
         self._attempts += 1

@@ -45,8 +45,8 @@ The design: discovery is a screen, and the guarantee comes from confirmation alo
   could pick, for each k0, the sizes most likely to reject (exact: 5.7% over 10 attempts at alpha 5%). Hence an
   attempt's design (first look, most images, and so its looks and thresholds) is one of the *declared designs*, fixed
   before the baseline is drawn: in the run config (`confirmation_designs`, each with its number of attempts, summing
-  to M), or, when none are declared, the sizes of the first attempt, which are chosen before that attempt draws the
-  baseline, serve all M attempts. Any other sizes are refused, as is an attempt beyond its design's share.
+  to M) or by the first attempt (its `designs`, or else its own sizes for all M attempts), which is made before it
+  draws the baseline. Any other sizes are refused, as is an attempt beyond its design's share.
 - *Proof sketch.* Number the declared attempts s = 1..M (slots), slot s with design d_s, fixed before k0 is drawn.
   Attempt i uses a slot s(i) of the planner's choosing, never used before, chosen by any rule from all data so far
   (k0 included); its null H_i says the caption fails no more often than the class. Let r_d(k0) be the probability,
@@ -64,6 +64,13 @@ The design: discovery is a screen, and the guarantee comes from confirmation alo
   their planned thresholds (its rejection region is part of the full plan's) and never at the alpha left unspent.
   Holm over the attempts made would not do either: a planner that stops at its first success makes the family size
   depend on the outcomes. Runs recorded before sizes were fixed replay under their own rule (`legacy`).
+- *Forks* copy a transcript's first line, so every branch draws the same confirmation baseline and seeds. The slots
+  above are the transcript's, not a branch's: a ledger beside the prediction cache (`Investigation.family`, the hash
+  of that first line) counts the attempts of every branch and holds the sizes the first declared, so the sum over
+  slots covers all branches together. An attempt is named by its caption, sizes and the seeds it will draw; a branch
+  repeating a call in the same state draws the same images, so it is not another attempt. A fresh run with the same
+  seed is another transcript with a family of its own (it shares the baseline, as any second investigation of the
+  same class with the same seed would).
 - *Measured* (tests/test_fixed_designs.py, M = 10, alpha = 5%): with all ten attempts at one fixed design (single
   looks of 50 to 3,200 images or sequential plans to 300, 800 and 2,000), the exact family-wise error of the worst
   design is 3.5% (baseline 2,000 at 5%), 2.7% (500 at 5%), 3.1% (300 at 20%), 2.6% (1,000 at 2%); with the size of
