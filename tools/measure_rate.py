@@ -191,10 +191,14 @@ def _sequential(inv: Investigation, args: Args, purpose: Purpose) -> Result:
         notes.append(f"the generator could not render: {', '.join(sample.unrendered)}; "
                      "this caption was not fully tested")
     effect = None
-    if fixed and stopped == "success":
-        # The look that rejected is the last one made; the estimate conditions on that selection.
+    if fixed and stopped == "success" and sample.n == looks[-1]:
+        # The look that rejected is the last one made; the estimate conditions on that selection. (A look short of
+        # its planned size, images the generator could not make, is not in the plan's sample space: no estimate.)
         effect = stats.conditional_effect(plan, sample.k, len(looks) - 1, base.k, base.n)
         test.effect = effect
+        if effect.low < 1.0:
+            notes.append(f"barely past its threshold: corrected for being selected, the effect is {effect.ratio:.3g}x "
+                         f"[{effect.low:.3g}, {effect.high:.3g}]; the excess may be mostly the selection's")
     if fixed:
         assert design is not None
         notes.append(f"sizes fixed before the confirmation baseline was drawn: {design.text()} (looks at "
