@@ -25,8 +25,9 @@ stops only when the images left cannot pay for the next step:
   rocks") is another phrasing of that finding and waits; so does one that holds every content word of a finding
   and more. Different ideas are confirmed however they fail: two attributes that fail as the same wrong label are
   two findings, grouped by that label in the answer. Other phrasings get the images and attempts left at the end.
-- **Confirmation sizes** are declared before any baseline is drawn (``pass_designs``): each pass's sizes get a share
-  of the attempts; a pass whose share is spent confirms with another pass's sizes, larger first.
+- **Confirmation sizes** are declared with the first confirmation, before it draws the baseline (``pass_designs``):
+  each later pass the budget can reach gets a share of the attempts; a pass whose share is spent confirms with
+  another pass's sizes, larger first.
 - **The stop** says which target the budget reached and which it could not.
 
 The tools keep the statistics' guarantees whatever a planner does; this one only decides where images go.
@@ -115,15 +116,21 @@ def effect(conf: measure_rate.Result) -> RatioCI | None:
     return conf.effect or conf.rate_ratio
 
 
-def pass_designs(passes: tuple[Target, ...], m: int) -> list[ConfirmationDesign]:
-    """The confirmation sizes of the passes, declared before any baseline: the first pass (strong effects, the most
-    attempts) gets what the others leave, each later pass a fifth of the ``m`` attempts."""
-    keys = list(dict.fromkeys((min(t.first_n, t.test_n), t.test_n) for t in passes))
-    later = [m // 5] * (len(keys) - 1)
-    if sum(later) >= m:
-        later = [0] * (len(keys) - 1)
-    shares = [m - sum(later), *later]
-    return [ConfirmationDesign(first_n=f, max_n=n, attempts=a) for (f, n), a in zip(keys, shares) if a > 0]
+def pass_designs(passes: tuple[Target, ...], m: int, budget: int | None = None) -> list[ConfirmationDesign]:
+    """The confirmation sizes of the passes, declared before any baseline: each later pass the budget can pay for
+    twice over (its baseline, a test and a confirmation at its sizes) gets a fifth of the ``m`` attempts, and the
+    first pass (strong effects, the most attempts) the rest."""
+    keys: dict[tuple[int, int], int] = {}
+    for i, t in enumerate(passes):
+        key = (min(t.first_n, t.test_n), t.test_n)
+        reachable = i == 0 or budget is None or budget >= 2 * (t.baseline_n + 2 * t.test_n)
+        if key not in keys and reachable:
+            keys[key] = 0 if i == 0 else m // 5
+    first = next(iter(keys))
+    if sum(keys.values()) >= m:
+        keys = dict.fromkeys(keys, 0)
+    keys[first] = m - sum(keys.values())
+    return [ConfirmationDesign(first_n=f, max_n=n, attempts=a) for (f, n), a in keys.items() if a > 0]
 
 
 def posterior(k: int, n: int, p0: float) -> tuple[float, float]:
@@ -253,7 +260,7 @@ class AnytimePlanner(ScriptPlanner):
         self.confirmations = confirmations
         """The declared confirmation attempts (the session's family; each is tested at alpha / this)."""
         self._attempts = 0
-        self.designs = designs if designs is not None else pass_designs(passes, confirmations)
+        self.designs = designs if designs is not None else pass_designs(passes, confirmations, budget)
         """The declared confirmation sizes (each with its share of the attempts)."""
         self._used: Counter[tuple[int, int]] = Counter()
         self._confirmed_once = False
