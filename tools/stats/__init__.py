@@ -98,7 +98,8 @@ The design: discovery is a screen, and the guarantee comes from confirmation alo
   2.99x and 2.99x (naive 3.14x and 3.02x), coverage 95.5% [95.1%, 95.9%] and 95.8% [95.4%, 96.2%]. It is median-
   unbiased, not concentrated: a confirmation barely past its threshold is mostly explained by its selection, and
   gets an estimate near 0.4x with a wide interval (at a true 2x, 29% and 13% of recorded findings with the two
-  designs get one below 1x; 6% at 3x); the result says so. The protocol planner ranks findings by the lower bound of that interval.
+  designs get one below 1x; 6% at 3x); the result says so. The protocol planner ranks findings by the lower bound
+  of that interval.
 - *p-values* are exact under the binomial sampling model of images drawn independently from the generator (i.i.d.
   seeds); terminal and report show them floored at 1e-6 ("< 1e-6"), since smaller values only restate that model.
 
