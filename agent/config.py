@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from sleuth.agent.llm.client import LLMConfig
 from sleuth.tools.backends.specs import BackendSpecs
 from sleuth.tools.defaults import ALPHA, BASELINE_N, BUDGET, MAX_CONFIRMATIONS
+from sleuth.tools.investigation import ConfirmationDesign
 
 MAX_IMAGES = 1_000_000
 Criterion = Literal["top1", "topk", "parent"]
@@ -150,6 +151,12 @@ class RunSettings(BaseModel):
     confirmations: int | None = Field(None, ge=1, le=100, description=(
         "Declared confirmation attempts: each is tested at alpha / this (default: the planner's own; protocol "
         "declares one per 500 images of the budget, from 10 to 40; the others 10)."))
+    confirmation_designs: list[ConfirmationDesign] | None = Field(None, description=(
+        "Declared confirmation sizes, each with its share of the attempts (their sum is the family; default: the "
+        "planner's own; without any, the first confirmation's sizes serve every attempt)."))
+    confirmation_sizes: Literal["fixed", "legacy"] = Field("fixed", description=(
+        "'fixed': a confirmation's sizes are fixed before the confirmation baseline is drawn; 'legacy': runs "
+        "recorded before that rule, replayed as they ran."))
 
     @field_validator("planner", mode="before")
     @classmethod
@@ -191,6 +198,7 @@ class RunConfig(RunSettings):
             data["backends"] = backends
         data.pop("bench", None)
         data.setdefault("confirmations", MAX_CONFIRMATIONS)  # recorded before the family could be declared
+        data.setdefault("confirmation_sizes", "legacy")  # recorded before sizes were fixed ahead of the baseline
         return cls.model_validate(data)
 
     def record(self) -> dict[str, Any]:

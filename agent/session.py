@@ -89,10 +89,15 @@ class Session:
         if self.config.confirmations is None:  # the planner's own family, recorded as declared
             self.config = self.config.model_copy(update={
                 "confirmations": declared_confirmations(self.config.planner.name, self.config.budget)})
+        if self.config.confirmation_designs is not None:
+            self.config = self.config.model_copy(update={
+                "confirmations": sum(d.attempts for d in self.config.confirmation_designs)})
         c = self.config
         self.investigation = Investigation(
             backends=self.backends, label=c.label, criterion=c.criterion, alpha=c.alpha,
             max_confirmations=c.confirmations or MAX_CONFIRMATIONS,
+            confirmation_designs=list(c.confirmation_designs) if c.confirmation_designs is not None else None,
+            legacy_confirmations=c.confirmation_sizes == "legacy",
             budget=Budget(images=c.budget), artifacts=self.artifacts, progress=self.progress, seed=c.seed,
             cache=self.cache if self.cache is not None else shared_cache(),
         )
@@ -117,10 +122,20 @@ class Session:
         return build_planner(config or self.config.planner, PlanFor(
             label=self.label, class_prompt=inv.class_prompt, labels=inv.labels.labels, budget=inv.budget.images,
             seed=self.config.seed, alpha=self.config.alpha, mode=mode, session=self,
-            confirmations=inv.max_confirmations))
+            confirmations=inv.max_confirmations,
+            designs=tuple(c) if (c := self.config.confirmation_designs) is not None else None))
+
+    def join_transcript(self, started: RunStarted) -> None:
+        """Count this session's confirmation attempts with every run of the transcript ``started`` begins (its
+        forks and resumes share that line, and with it the confirmation baseline)."""
+        if self.config.confirmation_sizes == "fixed":
+            self.investigation.family = started.hash
 
     def runner(self, writer: TranscriptWriter, **hooks: Any) -> Runner:
         """A runner writing this session's events to ``writer`` (``hooks``: see ``Runner``)."""
+        if writer.events and isinstance(writer.events[0], RunStarted):
+            self.join_transcript(writer.events[0])
+        writer.subscribe(lambda e: self.join_transcript(e) if isinstance(e, RunStarted) else None)
         for callback in self.subscribers:
             writer.subscribe(callback)
         return Runner(investigation_tools(), self.ctx, writer, **hooks)

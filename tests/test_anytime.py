@@ -196,8 +196,8 @@ def test_another_phrasing_of_a_finding_waits_and_a_different_idea_is_confirmed()
     stray = cand("a cat on a cliff", "it is on the rocks")
     stray.confusions.update({"fox": 1, "snow leopard": 1})
     assert planner._repeats(stray, [finding])
-    assert not planner._repeats(Candidate("a cat on a stone", "caption", target="fox",
-                                          idea=Idea(frozenset({"it is on the rocks"}), "it is on the rocks")), [finding])
+    rocks = Idea(frozenset({"it is on the rocks"}), "it is on the rocks")
+    assert not planner._repeats(Candidate("a cat on a stone", "caption", target="fox", idea=rocks), [finding])
 
 
 def test_tests_go_surest_first_discounted_by_their_wrong_labels_and_kinds_findings():

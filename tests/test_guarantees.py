@@ -63,7 +63,7 @@ def test_a_refinement_may_cite_the_discovery_of_the_longer_caption(ctx):
     f = call(ctx, "record_finding", caption=SNOW, discovery_test=longer.test_id, confirmation_test=conf.test_id)
     assert f.discovery.test_id == longer.test_id
     # Adding words is not refining.
-    conf2 = call(ctx, "measure_rate", caption=SNOW + " it is daytime. the cat is grey.", confirm=True, max_n=100)
+    conf2 = call(ctx, "measure_rate", caption=SNOW + " it is daytime. the cat is grey.", confirm=True, max_n=200)
     with pytest.raises(ToolError, match="refinement"):
         call(ctx, "record_finding", caption=SNOW + " it is daytime. the cat is grey.",
              discovery_test=longer.test_id, confirmation_test=conf2.test_id)
@@ -76,7 +76,7 @@ def test_confirmation_attempts_are_a_declared_family_with_final_adjusted_p(ctx):
     assert (first.family_size, first.adjust_method) == (3, "bonferroni")
     assert first.adjusted_p == pytest.approx(min(1.0, 3 * first.p_value))
     again = call(ctx, "measure_rate", caption=SNOW, confirm=True, max_n=200)  # a repeat is another attempt
-    call(ctx, "measure_rate", caption=NULL, confirm=True, max_n=100)
+    call(ctx, "measure_rate", caption=NULL, confirm=True, max_n=200)
     assert inv.test(first.test_id).adjusted_p == first.adjusted_p and again.family_size == 3
     with pytest.raises(ToolError, match="3 confirmation attempts are spent"):
         call(ctx, "measure_rate", caption=SNOW, confirm=True, max_n=200)

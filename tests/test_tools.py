@@ -126,7 +126,7 @@ def test_record_finding_enforces_confirmation(ctx):
     gc = call(ctx, "measure_rate", caption=GRASS, confirm=True, max_n=200)
     with pytest.raises(ToolError, match="shows no increase"):  # grass lowers the failure rate
         call(ctx, "record_finding", caption=GRASS, discovery_test=g.test_id, confirmation_test=gc.test_id)
-    c = call(ctx, "measure_rate", caption=SNOW, confirm=True)
+    c = call(ctx, "measure_rate", caption=SNOW, confirm=True, max_n=200)  # the sizes the first attempt fixed
     f = call(ctx, "record_finding", caption=SNOW, discovery_test=d.test_id, confirmation_test=c.test_id)
     assert f.confirmed and f.discovery.rate_ratio.ratio > 3
     assert ctx.emitted == [f]

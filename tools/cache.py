@@ -12,6 +12,11 @@ Only the top ``TOP`` logits of each image are kept: every failure criterion read
 Edit outcomes of editors that ask for it (``cache_outcomes``: a diffusion editor on a GPU, whose edits are costly
 and not bit-reproducible) are kept in the same file, by (editor id, image pixels, source and target captions): a
 resumed run or a verification on the same machine gets the recorded edit back instead of a slightly different one.
+
+The same file keeps the *attempt ledger*: the confirmation attempts of a transcript and of every fork of it (they
+share its first line, so its baseline and confirmation seeds), and the confirmation sizes its family declared. A fork
+draws the same confirmation baseline as its source, so its attempts belong to the source's declared family: counting
+them together keeps the chance that any branch records a false finding at alpha (tools/investigation.py).
 """
 
 from __future__ import annotations
@@ -87,7 +92,13 @@ class PredictionCache:
                 "PRIMARY KEY (key, seed)) WITHOUT ROWID")
             self._db.execute("CREATE TABLE IF NOT EXISTS edits (key TEXT PRIMARY KEY NOT NULL, image BLOB NOT NULL, "
                              "info TEXT NOT NULL) WITHOUT ROWID")
+            self._db.execute("CREATE TABLE IF NOT EXISTS families (family TEXT PRIMARY KEY NOT NULL, "
+                             "declared TEXT NOT NULL) WITHOUT ROWID")
+            self._db.execute("CREATE TABLE IF NOT EXISTS attempts (family TEXT NOT NULL, attempt TEXT NOT NULL, "
+                             "PRIMARY KEY (family, attempt)) WITHOUT ROWID")
         self._edits: dict[str, EditOutcome] = {}
+        self._families: dict[str, str] = {}
+        self._attempts: dict[str, set[str]] = {}
 
     def get_many(self, generator_id: str, classifier_id: str, prompt: str,
                  seeds: Sequence[int]) -> list[Prediction | None]:
@@ -140,6 +151,31 @@ class PredictionCache:
             image, info = _outcome_row(outcome)
             with self._lock:
                 self._db.execute("INSERT OR REPLACE INTO edits VALUES (?, ?, ?)", (key, image, info))
+
+    def declare_family(self, family: str, declared: str) -> str:
+        """Record ``declared`` (a confirmation family's sizes) for ``family`` unless one is recorded: the first
+        declaration stands. Returns the one that stands."""
+        with self._lock:
+            if self._db is not None:
+                self._db.execute("INSERT OR IGNORE INTO families VALUES (?, ?)", (family, declared))
+                row = self._db.execute("SELECT declared FROM families WHERE family=?", (family,)).fetchone()
+                self._families[family] = row[0]
+            return self._families.setdefault(family, declared)
+
+    def family_attempts(self, family: str) -> set[str]:
+        """The attempts recorded for ``family`` by every run that shares it."""
+        with self._lock:
+            got = self._attempts.setdefault(family, set())
+            if self._db is not None:
+                rows = self._db.execute("SELECT attempt FROM attempts WHERE family=?", (family,)).fetchall()
+                got.update(r[0] for r in rows)
+            return set(got)
+
+    def add_attempt(self, family: str, attempt: str) -> None:
+        with self._lock:
+            self._attempts.setdefault(family, set()).add(attempt)
+            if self._db is not None:
+                self._db.execute("INSERT OR IGNORE INTO attempts VALUES (?, ?)", (family, attempt))
 
     def close(self) -> None:
         if self._db is not None:

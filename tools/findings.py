@@ -24,6 +24,9 @@ class Evidence(BaseModel):
     p_value: float
     adjusted_p: float
     kind: str
+    effect: stats.RatioCI | None = Field(None, description=(
+        "A confirmation's rate ratio corrected for its selection and early stop (conditionally median-unbiased, "
+        "95% interval given the selection); rate_ratio is the naive estimate."))
 
 
 class Finding(BaseModel):

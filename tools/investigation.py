@@ -5,11 +5,14 @@ Tools read and extend this state; the agent owns its lifetime. Nothing here prin
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
 
 from sleuth.tools import stats
 from sleuth.tools.artifacts import ArtifactStore
@@ -29,6 +32,27 @@ CONFIRMATION_OFFSET = 1 << 40
 SEEDS_PER_INVESTIGATION = 1 << 24
 
 MAX_IMAGES_PER_CALL = 5000
+
+
+class ConfirmationDesign(BaseModel):
+    """The sizes of a confirmation attempt, fixed before the confirmation baseline is drawn (tools/stats/__init__.py:
+    a design chosen after the baseline's count is seen would make Fisher's p invalid given that count)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    first_n: int = Field(ge=10, le=2000, description="Images at the first look.")
+    max_n: int = Field(ge=20, le=5000, description="Most images of an attempt.")
+    attempts: int = Field(ge=1, le=100, description="Attempts of the declared family made with these sizes.")
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return min(self.first_n, self.max_n), self.max_n
+
+    def plan(self, alpha: float) -> stats.SequentialPlan:
+        return stats.default_plan(self.max_n, first=self.key[0], alpha=alpha)
+
+    def text(self) -> str:
+        return f"first look {self.key[0]}, at most {self.max_n} images"
 
 
 @dataclass
@@ -124,6 +148,10 @@ class Test:
     kind: str = "rate"
     adjusted_p: float = float("nan")
     verdict: str = ""
+    design: tuple[int, int] | None = None
+    """A confirmation attempt's (first look, most images), as fixed before the confirmation baseline was drawn."""
+    effect: stats.RatioCI | None = None
+    """A supported confirmation's rate ratio corrected for its selection and early stop (stats.selection)."""
 
 
 @dataclass
@@ -140,6 +168,17 @@ class Investigation:
     """The declared size of the confirmation family: every confirmation attempt spends one of these, and each is
     tested at alpha / max_confirmations (Bonferroni over the declared family, valid for any sequence of calls; see
     tools/stats/__init__.py). Its adjusted p-values are final when printed."""
+    confirmation_designs: list[ConfirmationDesign] | None = None
+    """The declared confirmation designs, each with its share of the family's attempts (their sum is
+    ``max_confirmations``). None: the first confirmation attempt declares its sizes for all ``max_confirmations``
+    attempts, before it draws the confirmation baseline. Either way no attempt's sizes can depend on that baseline."""
+    legacy_confirmations: bool = False
+    """Replays of runs recorded before designs were fixed: any sizes per attempt, as those runs had them."""
+    family: str | None = None
+    """The transcript this investigation belongs to (the hash of its first line, which forks copy and resumes keep).
+    With it, every run of that transcript (forks, resumes, re-runs of its calls) counts its confirmation attempts
+    in one ledger beside the prediction cache, against one declared family: they share the confirmation baseline
+    and seeds, so one family bounds them all. None: this investigation's own attempts only."""
     budget: Budget = field(default_factory=Budget)
     artifacts: ArtifactStore | None = None
     store_successes: int = 4
@@ -155,6 +194,7 @@ class Investigation:
     tests: list[Test] = field(default_factory=list)
     baselines: dict[str, Sample] = field(default_factory=dict)
     findings: list[Finding] = field(default_factory=list)
+    _declared_by_first_attempt: bool = False
 
     def __post_init__(self) -> None:
         labels = self.backends.classifier.labels
@@ -163,6 +203,11 @@ class Investigation:
         if not 0 <= self.seed < (1 << 16):
             raise ToolError(f"investigation seed must be in [0, 65535], got {self.seed}")
         self._next_seed = dict(self.seed_bases())
+        if self.confirmation_designs is not None:
+            if not self.confirmation_designs or len({d.key for d in self.confirmation_designs}) != \
+                    len(self.confirmation_designs):
+                raise ToolError("confirmation designs must be given, each sizes once")
+            self.max_confirmations = sum(d.attempts for d in self.confirmation_designs)
         if self.cache is None:
             self.cache = PredictionCache()
 
@@ -320,6 +365,96 @@ class Investigation:
                             f"is tested at alpha/{self.max_confirmations}, so that any sequence of attempts keeps "
                             "the family-wise error at alpha); record what is confirmed, then finish")
         return self.alpha / self.max_confirmations
+
+    def confirmation_design(self, first_n: int, max_n: int, *, caption: str = "", baseline_n: int = 0,
+                            designs: Sequence[ConfirmationDesign] | None = None) -> ConfirmationDesign:
+        """The declared design an attempt of these sizes uses, or a ToolError naming the designs left.
+
+        Called before the attempt draws anything. Without declared designs, the first attempt declares its sizes
+        for the whole family: it is made before the confirmation baseline is drawn (that attempt draws it). With a
+        ``family``, the attempt is also entered in the ledger its forks share (``caption`` and ``baseline_n`` name
+        it: the same call in the same state draws the same images, so a re-run of it is not another attempt).
+        ``designs``: the family's sizes, declared by the first attempt (before it draws the baseline)."""
+        self.confirmation_alpha()
+        key = (min(first_n, max_n), max_n)
+        if self.legacy_confirmations:
+            return ConfirmationDesign(first_n=key[0], max_n=max_n, attempts=self.max_confirmations)
+        if designs is not None:
+            designs = list(designs)
+            if self.confirmation_designs is not None and designs != self.confirmation_designs:
+                raise ToolError("the confirmation sizes were declared already (they are fixed before the "
+                                "confirmation baseline is drawn): "
+                                + "; ".join(d.text() + f" ({d.attempts} attempts)" for d in self.confirmation_designs))
+            if sum(d.attempts for d in designs) != self.max_confirmations or \
+                    len({d.key for d in designs}) != len(designs):
+                raise ToolError(f"declared sizes must share out the {self.max_confirmations} declared confirmation "
+                                "attempts, each sizes once")
+            if self.confirmation_designs is None:
+                self.confirmation_designs = designs
+                self._declared_by_first_attempt = True
+        if self.confirmation_designs is None:
+            self.confirmation_designs = [ConfirmationDesign(first_n=key[0], max_n=max_n,
+                                                            attempts=self.max_confirmations)]
+            self._declared_by_first_attempt = True
+        ledger = self._ledger_key()
+        used: dict[tuple[int, int], int]
+        if ledger is None:
+            used = {d.key: self.design_attempts(d.key) for d in self.confirmation_designs}
+            attempt = None
+        else:
+            self._adopt_family(ledger)
+            assert self.cache is not None
+            done = self.cache.family_attempts(ledger)
+            drawn = "drawn" if "confirmation" in self.baselines else f"baseline {baseline_n}"
+            attempt = (f"{normalise_caption(caption)}|{self._next_seed['confirmation']}|{drawn}|"
+                       f"{key[0]},{key[1]}")
+            if attempt in done:  # this very attempt, made before by this transcript or a fork of it
+                return next(d for d in self.confirmation_designs if d.key == key)
+            used = {d.key: sum(a.rsplit("|", 1)[-1] == f"{d.key[0]},{d.key[1]}" for a in done)
+                    for d in self.confirmation_designs}
+            if len(done) >= self.max_confirmations:
+                raise ToolError(f"the {self.max_confirmations} confirmation attempts of this transcript and its "
+                                "forks are spent (they share one confirmation baseline, so one declared family); "
+                                "record what is confirmed, then finish")
+        left = {d.key: d.attempts - used[d.key] for d in self.confirmation_designs}
+        offer = "; ".join(f"first_n={k[0]}, max_n={k[1]} ({n} left)" for k, n in left.items() if n > 0)
+        for d in self.confirmation_designs:
+            if d.key == key:
+                if left[key] <= 0:
+                    raise ToolError(f"the {d.attempts} confirmation attempts declared with first_n={key[0]}, "
+                                    f"max_n={max_n} are spent; attempts left: {offer or 'none'}")
+                if attempt is not None:
+                    assert self.cache is not None and ledger is not None
+                    self.cache.add_attempt(ledger, attempt)
+                return d
+        raise ToolError(f"a confirmation's sizes are fixed before the confirmation baseline is drawn (so that no "
+                        f"attempt's sizes can follow that baseline's count); first_n={key[0]}, max_n={max_n} is not "
+                        f"a declared design; attempts left: {offer or 'none'}")
+
+    def _ledger_key(self) -> str | None:
+        if self.family is None or self.legacy_confirmations:
+            return None
+        ids = (self.family, self.backends.generator.id, self.backends.classifier.id, self.label, self.criterion,
+               str(self.top_k), str(self.seed), str(self.alpha))
+        return hashlib.sha256("\x1f".join(ids).encode()).hexdigest()[:32]
+
+    def _adopt_family(self, ledger: str) -> None:
+        """The family the transcript declared first stands for every fork of it."""
+        assert self.cache is not None and self.confirmation_designs is not None
+        mine = json.dumps({"attempts": self.max_confirmations,
+                           "designs": [d.model_dump() for d in self.confirmation_designs]}, sort_keys=True)
+        stands = self.cache.declare_family(ledger, mine)
+        if stands == mine:
+            return
+        theirs = json.loads(stands)
+        if not self._declared_by_first_attempt or theirs["attempts"] != self.max_confirmations:
+            raise ToolError("another run of this transcript declared other confirmation attempts "
+                            f"({stands}); a fork keeps its source's family")
+        # An earlier branch's first attempt fixed the sizes, before the baseline this branch shares was drawn.
+        self.confirmation_designs = [ConfirmationDesign(**d) for d in theirs["designs"]]
+
+    def design_attempts(self, key: tuple[int, int]) -> int:
+        return sum(t.purpose == "confirmation" and t.kind == "rate" and t.design == key for t in self.tests)
 
     def test(self, tid: str) -> Test:
         for t in self.tests:

@@ -20,7 +20,15 @@ from sleuth.tools.common import SampleSummary, investigation, sample_line, summa
 from sleuth.tools.context import ToolContext
 from sleuth.tools.counterfactual import Flip, counterfactual_pairs, counterfactual_size, mcnemar_text, paired_counts
 from sleuth.tools.defaults import BASELINE_N
-from sleuth.tools.investigation import Investigation, Purpose, Test, merge, normalise_caption, split_sentences
+from sleuth.tools.investigation import (
+    ConfirmationDesign,
+    Investigation,
+    Purpose,
+    Test,
+    merge,
+    normalise_caption,
+    split_sentences,
+)
 from sleuth.tools.registry import ToolError
 from sleuth.tools.text import VERDICT_STYLE, Line, kn, kn_short, pv, quote, ratio
 
@@ -40,6 +48,10 @@ class Args(BaseModel):
     first_n: int = Field(100, ge=10, le=2000, description="Images at the first look.")
     baseline_n: int = Field(BASELINE_N, ge=50, le=20_000,
                             description="Least baseline size (class prompt, same seed space).")
+    designs: list[ConfirmationDesign] | None = Field(None, description=(
+        "confirm=true, first attempt only: the sizes every confirmation attempt may use, each with its share of the "
+        "declared attempts (they must add up to them). Fixed before the confirmation baseline is drawn. Default: "
+        "this call's first_n and max_n serve every attempt."))
 
 
 class Result(BaseModel):
@@ -56,6 +68,10 @@ class Result(BaseModel):
     adjust_method: str
     looks: list[int] = Field(default_factory=list, description="Sample sizes at which the test looked.")
     stopped: str = ""
+    effect: stats.RatioCI | None = Field(None, description=(
+        "A supported confirmation: its rate ratio corrected for being selected (a finding is recorded only when the "
+        "confirmation rejects) and for the early stop: conditionally median-unbiased, with a 95% interval given "
+        "that selection. The naive rate_ratio of a recorded confirmation is biased upwards."))
     mcnemar: stats.McNemar | None = Field(None, description=(
         "Counterfactual mode: the test, exact McNemar of each edited image against the same image control-edited "
         "(a sham with the caption unchanged, or a placebo naming nothing new)."))
@@ -95,6 +111,9 @@ def render(r: Result) -> list[Line]:
                                                 f"(the editor alone, caption unchanged)", "dim")])
     lines.append([("baseline    ", "key"), (kn(r.baseline) + (" (control-edited)" if r.sham is not None else ""), "")])
     lines.append([("rate ratio  ", "key"), (ratio(r.rate_ratio), "")])
+    if r.effect is not None:
+        lines.append([("effect      ", "key"), (f"{ratio(r.effect)} (corrected for the selection and the early stop)",
+                                                "")])
     looks = f"; looks at n={', '.join(map(str, r.looks))}, stopped: {r.stopped}" if r.looks else ""
     over = ("declared confirmation attempts" if r.purpose == "confirmation" else "discovery tests so far")
     lines.append([("p           ", "key"), (f"{pv(r.p_value)}, {r.adjust_method}-adjusted {pv(r.adjusted_p)} over "
@@ -126,8 +145,17 @@ def _sequential(inv: Investigation, args: Args, purpose: Purpose) -> Result:
         level = inv.confirmation_alpha()
     else:
         level = inv.alpha / (1 + sum(t.purpose == "discovery" for t in inv.tests))
+    design = (inv.confirmation_design(args.first_n, args.max_n, caption=args.caption, baseline_n=args.baseline_n,
+                                      designs=args.designs)
+              if purpose == "confirmation" else None)
+    # Sizes fixed before the baseline is seen are what keeps a confirmation valid; so is a budget stop without the
+    # unspent alpha, since the budget left is the planner's to steer (tools/stats/__init__.py).
+    fixed = design is not None and not inv.legacy_confirmations
     base = inv.baseline(purpose, args.baseline_n)
-    plan = stats.default_plan(args.max_n, first=min(args.first_n, args.max_n), alpha=level)
+    if design is not None:
+        plan = design.plan(level)
+    else:
+        plan = stats.default_plan(args.max_n, first=min(args.first_n, args.max_n), alpha=level)
     sample = None
     p_values: list[float] = []
     looks: list[int] = []
@@ -144,7 +172,7 @@ def _sequential(inv: Investigation, args: Args, purpose: Purpose) -> Result:
         looks.append(look_n)
         # When the budget cannot pay for the next look, this one is the last: known before its outcome is seen,
         # so it may spend the rest of the alpha.
-        final = j + 1 < len(plan.looks) and plan.looks[j + 1] - look_n > inv.budget.left
+        final = j + 1 < len(plan.looks) and plan.looks[j + 1] - look_n > inv.budget.left and not fixed
         decision = plan.decide(j, sample.k, sample.n, base.k, base.n, final=final)
         p_values.append(decision.p_value)
         declared_final = final
@@ -158,7 +186,8 @@ def _sequential(inv: Investigation, args: Args, purpose: Purpose) -> Result:
     p_seq = plan.overall_p_value(p_values, final=declared_final)
     assert sample is not None
     test = inv.add_test(Test(id=f"t{len(inv.tests) + 1}", caption=args.caption, purpose=purpose, p_value=p_seq,
-                             k1=sample.k, n1=sample.n, k0=base.k, n0=base.n))
+                             k1=sample.k, n1=sample.n, k0=base.k, n0=base.n,
+                             design=design.key if design is not None else None))
     m = inv.store(sample)
     ratio = stats.rate_ratio(sample.k, sample.n, base.k, base.n)
     family_size, method = family_of(inv, purpose)
@@ -166,12 +195,29 @@ def _sequential(inv: Investigation, args: Args, purpose: Purpose) -> Result:
     if sample.unrendered:
         notes.append(f"the generator could not render: {', '.join(sample.unrendered)}; "
                      "this caption was not fully tested")
+    effect = None
+    if fixed and stopped == "success" and sample.n == looks[-1]:
+        # The look that rejected is the last one made; the estimate conditions on that selection. (A look short of
+        # its planned size, images the generator could not make, is not in the plan's sample space: no estimate.)
+        effect = stats.conditional_effect(plan, sample.k, len(looks) - 1, base.k, base.n)
+        test.effect = effect
+        if effect.low < 1.0:
+            notes.append(f"barely past its threshold: corrected for being selected, the effect is {effect.ratio:.3g}x "
+                         f"[{effect.low:.3g}, {effect.high:.3g}]; the excess may be mostly the selection's")
+    if fixed:
+        assert design is not None
+        notes.append(f"sizes fixed before the confirmation baseline was drawn: {design.text()} (looks at "
+                     f"n={', '.join(map(str, plan.looks))}); attempt {inv.design_attempts(design.key)} of the "
+                     f"{design.attempts} declared with these sizes, of {inv.max_confirmations} in all")
+        if stopped == "budget":
+            notes.append("the budget ended the attempt before its last look; the looks made kept their planned "
+                         "thresholds")
     verdict = _verdict(test.adjusted_p, inv.alpha, stopped, ratio)
     test.verdict = verdict
     return Result(
         test_id=test.id, caption=args.caption, purpose=purpose, mode="sample",
         hypothesis=summarise(sample, args.target_label), baseline=stats.binomial_rate(base.k, base.n),
-        rate_ratio=ratio, p_value=p_seq, adjusted_p=test.adjusted_p, family_size=family_size,
+        rate_ratio=ratio, effect=effect, p_value=p_seq, adjusted_p=test.adjusted_p, family_size=family_size,
         adjust_method=method, looks=looks, stopped=stopped,
         measurement_id=m.id, verdict=verdict, notes=notes,
     )

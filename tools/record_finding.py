@@ -40,7 +40,7 @@ Result = Finding
 def evidence(t: Test) -> Evidence:
     return Evidence(test_id=t.id, hypothesis=stats.binomial_rate(t.k1, t.n1), baseline=stats.binomial_rate(t.k0, t.n0),
                     rate_ratio=stats.rate_ratio(t.k1, t.n1, t.k0, t.n0), p_value=t.p_value, adjusted_p=t.adjusted_p,
-                    kind=t.kind)
+                    kind=t.kind, effect=t.effect)
 
 
 def conclusions(recorded: Result, replayed: Result) -> list[tuple[str, Any, Any]]:

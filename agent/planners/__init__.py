@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Literal
 from sleuth.agent.config import PlannerConfig
 from sleuth.agent.runner import Planner
 from sleuth.tools.defaults import ALPHA, BASELINE_N, MAX_CONFIRMATIONS
+from sleuth.tools.investigation import ConfirmationDesign
 
 if TYPE_CHECKING:
     from sleuth.agent.session import Session
@@ -37,6 +38,9 @@ class PlanFor:
     """The run the planner plans for: an LLM planner reads its images and lends its model to the tools."""
     confirmations: int = MAX_CONFIRMATIONS
     """The declared confirmation attempts (each tested at alpha / this)."""
+    designs: tuple[ConfirmationDesign, ...] | None = None
+    """The confirmation sizes the run config declared, if it did (else a planner may declare its own with its
+    first confirmation)."""
 
 
 @dataclass(frozen=True)
@@ -66,7 +70,7 @@ def _protocol(c: PlannerConfig, p: PlanFor) -> Planner:
     from sleuth.agent.planners.anytime import AnytimePlanner
 
     return AnytimePlanner(p.label, p.class_prompt, baseline_n=c.baseline_n or LEAN_BASELINE_N, budget=p.budget,
-                          confirmations=p.confirmations)
+                          confirmations=p.confirmations, designs=list(p.designs) if p.designs else None)
 
 
 def _protocol_v2(c: PlannerConfig, p: PlanFor) -> Planner:

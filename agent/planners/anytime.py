@@ -25,6 +25,9 @@ stops only when the images left cannot pay for the next step:
   rocks") is another phrasing of that finding and waits; so does one that holds every content word of a finding
   and more. Different ideas are confirmed however they fail: two attributes that fail as the same wrong label are
   two findings, grouped by that label in the answer. Other phrasings get the images and attempts left at the end.
+- **Confirmation sizes** are declared with the first confirmation, before it draws the baseline (``pass_designs``):
+  each later pass the budget can reach gets a share of the attempts; a pass whose share is spent confirms with
+  another pass's sizes, larger first.
 - **The stop** says which target the budget reached and which it could not.
 
 The tools keep the statistics' guarantees whatever a planner does; this one only decides where images go.
@@ -47,6 +50,8 @@ from sleuth.agent.runner import Turn
 from sleuth.tools import caption_failures, generate_and_classify, measure_rate, perturb_caption, record_finding
 from sleuth.tools.common import SampleSummary
 from sleuth.tools.defaults import ALPHA, MAX_CONFIRMATIONS
+from sleuth.tools.investigation import ConfirmationDesign
+from sleuth.tools.stats import RatioCI
 
 
 @dataclass(frozen=True)
@@ -104,6 +109,28 @@ IDEA_LIFT = 0.25
 """A candidate's idea: the caption sentence at least IDEA_SHARE of its captioned failures share, and IDEA_LIFT more
 of them than of the class's own failures."""
 NAMED = 5
+
+
+def effect(conf: measure_rate.Result) -> RatioCI | None:
+    """A confirmation's effect: corrected for its selection and early stop where the tool gives it."""
+    return conf.effect or conf.rate_ratio
+
+
+def pass_designs(passes: tuple[Target, ...], m: int, budget: int | None = None) -> list[ConfirmationDesign]:
+    """The confirmation sizes of the passes, declared before any baseline: each later pass the budget can pay for
+    twice over (its baseline, a test and a confirmation at its sizes) gets a fifth of the ``m`` attempts, and the
+    first pass (strong effects, the most attempts) the rest."""
+    keys: dict[tuple[int, int], int] = {}
+    for i, t in enumerate(passes):
+        key = (min(t.first_n, t.test_n), t.test_n)
+        reachable = i == 0 or budget is None or budget >= 2 * (t.baseline_n + 2 * t.test_n)
+        if key not in keys and reachable:
+            keys[key] = 0 if i == 0 else m // 5
+    first = next(iter(keys))
+    if sum(keys.values()) >= m:
+        keys = dict.fromkeys(keys, 0)
+    keys[first] = m - sum(keys.values())
+    return [ConfirmationDesign(first_n=f, max_n=n, attempts=a) for (f, n), a in keys.items() if a > 0]
 
 
 def posterior(k: int, n: int, p0: float) -> tuple[float, float]:
@@ -233,7 +260,7 @@ class AnytimePlanner(ScriptPlanner):
 
     def __init__(self, label: str, class_prompt: str, *, baseline_n: int | None = None, budget: int | None = None,
                  max_hypotheses: int = 4, passes: tuple[Target, ...] = PASSES, confirmations: int = MAX_CONFIRMATIONS,
-                 name: str = "protocol") -> None:
+                 name: str = "protocol", designs: list[ConfirmationDesign] | None = None) -> None:
         super().__init__(name, model=name)
         self.label = label
         self.class_prompt = class_prompt
@@ -244,6 +271,9 @@ class AnytimePlanner(ScriptPlanner):
         self.confirmations = confirmations
         """The declared confirmation attempts (the session's family; each is tested at alpha / this)."""
         self._attempts = 0
+        self.designs = designs if designs is not None else pass_designs(passes, confirmations, budget)
+        """The declared confirmation sizes (each with its share of the attempts)."""
+        self._used: Counter[tuple[int, int]] = Counter()
         self._confirmed_once = False
         self._p0 = 0.0
         self._have = 0
@@ -280,8 +310,15 @@ class AnytimePlanner(ScriptPlanner):
         return self.call("measure_rate", caption=caption, target_label=target, baseline_n=self._base_n(t),
                          **arguments)
 
+    def _design(self, t: Target) -> ConfirmationDesign | None:
+        """The declared sizes for a confirmation in pass ``t``: its own while they have attempts left, else another
+        pass's, larger first."""
+        own = (min(t.first_n, t.test_n), t.test_n)
+        order = sorted(self.designs, key=lambda d: (d.key != own, d.max_n < t.test_n, abs(d.max_n - t.test_n)))
+        return next((d for d in order if self._used[d.key] < d.attempts), None)
+
     def _cannot_confirm(self, t: Target) -> str:
-        if self._attempts >= self.confirmations:
+        if self._attempts >= self.confirmations or self._design(t) is None:
             return (f"the investigation's {self.confirmations} confirmation attempts are spent (each is tested at "
                     f"alpha/{self.confirmations})")
         if not self._affords(0, t):
@@ -622,15 +659,20 @@ class AnytimePlanner(ScriptPlanner):
 
     def _confirm(self, c: Candidate, r: measure_rate.Result, t: Target) -> Generator[Turn, Results, Found | None]:
         target = c.confusion or top_confusion(r)
+        design = self._design(t)
+        assert design is not None, "_cannot_confirm is checked before every confirmation"
         (first,) = yield self.turn(
             f"{c.caption!r} is supported in discovery: {pct(r.hypothesis.failures) if r.hypothesis else 'n/a'} vs "
             f"{pct(r.baseline)}, {ratio_text(r.rate_ratio)}, p={r.p_value:.2g} (adjusted {r.adjusted_p:.2g}). I "
             "confirm it now, on fresh seeds disjoint from every image so far.",
-            self.call("measure_rate", caption=c.caption, target_label=target, confirm=True, max_n=t.test_n,
-                      first_n=t.first_n, baseline_n=self.confirmation_baseline()),
+            self.call("measure_rate", caption=c.caption, target_label=target, confirm=True, max_n=design.max_n,
+                      first_n=design.first_n, baseline_n=self.confirmation_baseline(),
+                      # The first attempt declares every pass's sizes, before it draws the confirmation baseline.
+                      **({} if self._confirmed_once else {"designs": [d.model_dump() for d in self.designs]})),
         )
         self._confirmed_once = True
         self._attempts += 1
+        self._used[design.key] += 1
         conf = ok(first, measure_rate.Result)
         if conf is None or conf.verdict != "supported" or conf.hypothesis is None:
             why = first.error if conf is None else f"adjusted p={conf.adjusted_p:.2g}"
@@ -654,7 +696,7 @@ class AnytimePlanner(ScriptPlanner):
             f"Recording {c.caption!r}.",
             self.call("record_finding", caption=c.caption, discovery_test=r.test_id, confirmation_test=conf.test_id,
                       counterfactual_test=cf.test_id if cf is not None else None,
-                      summary=f"{c.caption!r} fails {pct(conf.hypothesis.failures)}, {ratio_text(conf.rate_ratio)} "
+                      summary=f"{c.caption!r} fails {pct(conf.hypothesis.failures)}, {ratio_text(effect(conf))} "
                               f"the baseline on fresh seeds; {cf_text}."),
         )
         if ok(rec, record_finding.Result) is None:
@@ -665,12 +707,12 @@ class AnytimePlanner(ScriptPlanner):
                  tested: int, supported: int, screened_images: int, reached: list[str], stop: str) -> str:
         base = s.failures
         groups: dict[str | None, list[Found]] = {}
-        for f in sorted(found, key=lambda f: -(f.confirmation.rate_ratio.low if f.confirmation.rate_ratio else 0)):
+        for f in sorted(found, key=lambda f: -(e.low if (e := effect(f.confirmation)) else 0)):
             groups.setdefault(f.label, []).append(f)
 
         def one(f: Found) -> str:
             more = f" (also phrased {', '.join(repr(p) for p in f.phrasings[:3])})" if f.phrasings else ""
-            return f"{f.candidate.caption!r} {ratio_text(f.confirmation.rate_ratio)}{more}"
+            return f"{f.candidate.caption!r} {ratio_text(effect(f.confirmation))}{more}"
 
         listing = " ".join(f"Failing as {label or 'other labels'}: " + "; ".join(one(f) for f in fs) + "."
                            for label, fs in groups.items())

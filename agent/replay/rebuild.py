@@ -199,10 +199,12 @@ def session_for(started: RunStarted, run_dir: Path, *, backends: Backends | None
         backends = config.backends.build(progress, load=True)
     check_backends(started, backends)
     try:
-        return Session(backends=backends, config=config, run_dir=run_dir, progress=progress,
-                       command=command or started.command)
+        session = Session(backends=backends, config=config, run_dir=run_dir, progress=progress,
+                          command=command or started.command)
     except ToolError as e:
         raise RebuildError(str(e), line=1) from None
+    session.join_transcript(started)
+    return session
 
 
 @dataclass

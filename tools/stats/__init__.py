@@ -41,22 +41,68 @@ The design: discovery is a screen, and the guarantee comes from confirmation alo
   before, so its data are independent of everything that led to choosing it. An investigation declares its
   confirmation family up front (MAX_CONFIRMATIONS attempts, 10 by default; attempts beyond are refused) and tests
   attempt i at alpha / M (Bonferroni over the declared family). A repeat of a caption is another attempt.
-- *Proof sketch.* Let H_i be the null hypothesis the i-th attempt tests (chosen by any rule from the data before it).
-  Given that past, attempt i's data are fresh, so P(p_i <= alpha/M | past) <= alpha/M when H_i is true (the sequential
-  plan's overall p-value is valid: a union bound over its looks). A false finding needs some attempt on a true null
-  to reject; with at most M attempts, P(any false finding) <= sum_i alpha/M = alpha, by the union bound, however the
-  planner chose, stopped or repeated. Holm over the attempts made would not do: a planner that stops at its first
-  success makes the family size depend on the outcomes.
+- *Sizes fixed before the baseline.* Every attempt compares with one confirmation baseline k0/n0, drawn once (at the
+  first attempt, at the size first asked; it is never topped up). Fisher's p is super-uniform averaged over k0, not
+  given k0: against a baseline in its lower tail (80/2,000 at a true 5%) a null attempt of 1,600 images rejects 5.1%
+  of the time at a level of 0.5%. So a planner that reads k0 (every result prints it) and then picks an attempt's sizes
+  could pick, for each k0, the sizes most likely to reject (exact: 5.7% over 10 attempts at alpha 5%). Hence an
+  attempt's design (first look, most images, and so its looks and thresholds) is one of the *declared designs*, fixed
+  before the baseline is drawn: in the run config (`confirmation_designs`, each with its number of attempts, summing
+  to M) or by the first attempt (its `designs`, or else its own sizes for all M attempts), which is made before it
+  draws the baseline. Any other sizes are refused, as is an attempt beyond its design's share.
+- *Proof sketch.* Number the declared attempts s = 1..M (slots), slot s with design d_s, fixed before k0 is drawn.
+  Attempt i uses a slot s(i) of the planner's choosing, never used before, chosen by any rule from all data so far
+  (k0 included); its null H_i says the caption fails no more often than the class. Let r_d(k0) be the probability,
+  given k0, that design d rejects a null sampled on fresh seeds (at most its value for a caption failing exactly as
+  often as the class: the rejection region grows with the hypothesis failures). Given the past, attempt i's images
+  are fresh, so P(attempt i falsely rejects | past) <= r_{d_s(i)}(k0) (the union bound over the plan's looks, with
+  futility stops only removing rejections). Each slot is used at most once, so
+  P(any false finding) <= E[sum_i r_{d_s(i)}(k0)] <= E[sum_{s=1..M} r_{d_s}(k0)] = sum_s E[r_{d_s}(k0)] <= M alpha/M
+  = alpha, since each d_s is fixed, so E[r_{d_s}(k0)] is the unconditional level of a fixed sequential Fisher test,
+  at most its alpha / M. The planner's choices (which caption, which slot, whether to stop, repeat or skip) only
+  select terms of a sum that is bounded whole. What it may not choose after k0 is the design of a slot: the bound
+  needs E[max_d r_d(k0)] instead, which exceeds alpha/M (tests/test_fixed_designs.py measures 5.7% for M = 10).
+  Tying a design to the discovery test would not do: the planner chooses which caption to confirm after seeing k0.
+  The budget is the planner's to steer as well, so a confirmation the budget cuts short tests the looks it made at
+  their planned thresholds (its rejection region is part of the full plan's) and never at the alpha left unspent.
+  Holm over the attempts made would not do either: a planner that stops at its first success makes the family size
+  depend on the outcomes. Runs recorded before sizes were fixed replay under their own rule (`legacy`).
+- *Forks* copy a transcript's first line, so every branch draws the same confirmation baseline and seeds. The slots
+  above are the transcript's, not a branch's: a ledger beside the prediction cache (`Investigation.family`, the hash
+  of that first line) counts the attempts of every branch and holds the sizes the first declared, so the sum over
+  slots covers all branches together. An attempt is named by its caption, sizes and the seeds it will draw; a branch
+  repeating a call in the same state draws the same images, so it is not another attempt. A fresh run with the same
+  seed is another transcript with a family of its own (it shares the baseline, as any second investigation of the
+  same class with the same seed would).
+- *Measured* (tests/test_fixed_designs.py, M = 10, alpha = 5%): with all ten attempts at one fixed design (single
+  looks of 50 to 3,200 images or sequential plans to 300, 800 and 2,000), the exact family-wise error of the worst
+  design is 3.5% (baseline 2,000 at 5%), 2.7% (500 at 5%), 3.1% (300 at 20%), 2.6% (1,000 at 2%); with the size of
+  each attempt chosen from k0 it is 5.7%, 4.0%, 4.5%, 4.2%. Simulated, 200,000 runs at 2,000 and 5%: 5.63%
+  [5.53%, 5.73%] (Clopper–Pearson) with sizes chosen from k0, 3.06% [2.99%, 3.14%] at 1,600 fixed.
 - *Printed values are final.* A confirmation's adjusted p is min(1, M p) when it is printed and forever after.
   `record_finding` requires the confirmation of the very caption recorded (a sample test with confirm=true, adjusted
   p <= alpha, rate above the baseline) and a discovery measurement of it or of a caption it refines (words left out,
   none added, at most 3 content words fewer); a counterfactual test cited must be one of that caption.
 - *No stranded hypotheses.* A confirmation's sequential plan runs at alpha / M, so it stops for success only where it
   survives the correction; a discovery stopped early is never a dead end, since confirmation does not depend on its
-  adjusted p. When the budget ends sampling early, the last look is tested at all the alpha not yet spent, and the
-  reported p-value uses that threshold (`overall_p_value(final=True)`).
-- *Effects* are reported from the confirmation (fresh seeds: no winner's curse) and findings are ranked by the lower
-  bound of its interval.
+  adjusted p. When the budget ends a discovery test early, its last look is tested at all the alpha not yet spent,
+  and the reported p-value uses that threshold (`overall_p_value(final=True)`); a confirmation keeps its planned
+  thresholds (above).
+- *Effects* are reported from the confirmation, and corrected for its selection. Fresh seeds free the confirmation
+  of the discovery's selection, not of its own: a finding is recorded only when its confirmation rejects, and a
+  sequential confirmation stops at the first look that rejects, so among recorded findings the naive ratio
+  (k1/n1)/(k0/n0) overstates the effect (at a true 2x its median is 2.8x with the protocol's first design). The
+  confirmation therefore also reports `effect` (`stats.conditional_effect`, module `selection`): the ratio that puts
+  the observed naive ratio at the median of its distribution given that the plan rejected (exact over baseline
+  counts, stopping looks and hypothesis counts; the baseline rate profiled), with the 2.5% and 97.5% points as its
+  interval. Measured over 10,000 simulated attempts each (tests/test_selection.py; designs 30-300 images against 300
+  and 50-800 against 500, class rate 5%, alpha/16): at a true 2x the median corrected estimate is 1.94x and 1.98x
+  (naive 2.82x and 2.20x), coverage among recorded findings 98.0% [97.4%, 98.4%] and 97.7% [97.3%, 98.0%]; at 3x,
+  2.99x and 2.99x (naive 3.14x and 3.02x), coverage 95.5% [95.1%, 95.9%] and 95.8% [95.4%, 96.2%]. It is median-
+  unbiased, not concentrated: a confirmation barely past its threshold is mostly explained by its selection, and
+  gets an estimate near 0.4x with a wide interval (at a true 2x, 29% and 13% of recorded findings with the two
+  designs get one below 1x; 6% at 3x); the result says so. The protocol planner ranks findings by the lower bound
+  of that interval.
 - *p-values* are exact under the binomial sampling model of images drawn independently from the generator (i.i.d.
   seeds); terminal and report show them floored at 1e-6 ("< 1e-6"), since smaller values only restate that model.
 
@@ -64,7 +110,8 @@ The design: discovery is a screen, and the guarantee comes from confirmation alo
 of the audit's C classes: a finding is audit-significant when min(1, C * its adjusted p) <= alpha, so by the same
 union bound over every attempt the classes declared, P(any false audit-significant finding) <= alpha (family-wise).
 
-Modules: `rates` (intervals, rate ratios), `comparisons` (exact tests, multiplicity), `sequential` (plans).
+Modules: `rates` (intervals, rate ratios), `comparisons` (exact tests, multiplicity), `sequential` (plans),
+`shared_baseline` (exact errors of attempts that share a baseline), `selection` (effects corrected for selection).
 """
 
 from sleuth.tools.stats.comparisons import (
@@ -80,6 +127,7 @@ from sleuth.tools.stats.comparisons import (
     paired_difference,
 )
 from sleuth.tools.stats.rates import Rate, RatioCI, binomial_rate, paired_rate_ratio, rate_ratio
+from sleuth.tools.stats.selection import conditional_effect, conditional_effects
 from sleuth.tools.stats.sequential import (
     SequentialDecision,
     SequentialPlan,
@@ -102,6 +150,8 @@ __all__ = [
     "alpha_spent",
     "binomial_rate",
     "compare_rates",
+    "conditional_effect",
+    "conditional_effects",
     "default_plan",
     "fisher_p_greater",
     "mcnemar_exact",

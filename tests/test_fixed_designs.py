@@ -1,0 +1,152 @@
+"""Confirmation sizes are fixed before the shared confirmation baseline is drawn.
+
+The adversary: a planner that sees the confirmation baseline's count k0 (every result prints it) and then picks each
+attempt's sample size to be the one most likely to reject given that k0. Against a baseline in its lower tail a large
+attempt rejects a null caption far more often than its level; chosen per k0, the family-wise error passes alpha.
+The tools now fix an attempt's sizes before the baseline is drawn, so the planner keeps only the choice of which
+declared slot to use and when to stop, neither of which can raise the error above alpha (tools/stats/__init__.py).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sleuth.tools import investigation_tools, stats
+from sleuth.tools.artifacts import ArtifactStore
+from sleuth.tools.context import ToolContext
+from sleuth.tools.investigation import Budget, ConfirmationDesign, Investigation
+from sleuth.tools.registry import ToolError
+from sleuth.tools.stats.shared_baseline import attempts_fwer, critical_counts, rejection_given_baseline
+from tests.fakeworld import fake_backends
+
+SNOW = "a realistic photograph of a cat. it is in the snow."
+NULL = "a realistic photograph of a cat. it is daytime."
+
+ALPHA, M = 0.05, 10
+SIZES = (50, 100, 200, 400, 800, 1600, 3200)
+
+
+def single_looks(level: float) -> list[stats.SequentialPlan]:
+    return [stats.SequentialPlan(looks=[n], alpha=level) for n in SIZES]
+
+
+def test_a_null_attempt_against_a_low_baseline_rejects_far_above_its_level():
+    # 80/2,000 at a true 5% (the lower tail): an attempt of 1,600 images rejects ~5% of the time, at a level of 0.5%.
+    k0, w, r = rejection_given_baseline(stats.SequentialPlan(looks=[1600], alpha=ALPHA / M), 2000, 0.05)
+    assert r[k0 == 80][0] == pytest.approx(0.051, abs=0.002)
+    # ...while averaged over the baseline it keeps its level.
+    assert float(np.sum(w * r)) <= ALPHA / M
+
+
+@pytest.mark.parametrize(("n0", "p0"), [(2000, 0.05), (500, 0.05), (300, 0.2), (1000, 0.02)])
+def test_sizes_fixed_before_the_baseline_keep_the_family_at_alpha_and_sizes_chosen_from_it_do_not(n0, p0):
+    level = ALPHA / M
+    plans = single_looks(level) + [stats.default_plan(n, first=min(100, n), alpha=level) for n in (300, 800, 2000)]
+    fixed = attempts_fwer(plans, n0, p0, M, adaptive=False)  # the worst of the fixed designs, all M attempts used
+    adaptive = attempts_fwer(plans, n0, p0, M, adaptive=True)
+    assert fixed <= ALPHA and adaptive > fixed + 0.01  # 2.6-3.5% against 4.0-5.7%
+    if (n0, p0) == (2000, 0.05):
+        # The leak the fixed sizes close (exact): choosing each attempt's size from k0 reaches 5.7%.
+        assert adaptive == pytest.approx(0.0569, abs=0.0005)
+
+
+def test_the_adaptive_size_adversary_simulated_against_both_rules():
+    """200,000 simulated investigations of M = 10 null attempts against a 2,000-image baseline at 5%."""
+    rng = np.random.default_rng(38)
+    runs, n0, p0, level = 200_000, 2000, 0.05, ALPHA / M
+    plans = single_looks(level)
+    k0_grid, _, _ = rejection_given_baseline(plans[0], n0, p0)
+    r = np.stack([rejection_given_baseline(p, n0, p0)[2] for p in plans])
+    crit = np.concatenate([critical_counts(p, k0_grid, n0) for p in plans])  # (sizes, k0)
+    k0 = np.clip(rng.binomial(n0, p0, runs), k0_grid[0], k0_grid[-1]) - k0_grid[0]
+    sizes = np.array(SIZES)
+
+    def fwer(choice: np.ndarray) -> stats.Rate:
+        k1 = rng.binomial(sizes[choice][:, None], p0, (runs, M))
+        false = (k1 >= crit[choice, k0][:, None]).any(axis=1)
+        return stats.binomial_rate(int(false.sum()), runs, method="clopper-pearson")
+
+    adaptive = fwer(r[:, k0].argmax(axis=0))  # each run's size: the one most likely to reject given its k0
+    fixed = fwer(np.full(runs, SIZES.index(1600)))  # the adversary's favourite size, fixed before k0 is drawn
+    assert adaptive.low > ALPHA  # the leak: 5.7% exact
+    assert fixed.high <= ALPHA  # 3.5% exact
+
+
+# -- through the tools ------------------------------------------------------------------------------------------
+
+
+def context(tmp_path, **kw) -> ToolContext:
+    store = ArtifactStore(tmp_path / "artifacts")
+    inv = Investigation(backends=fake_backends(), label="cat", artifacts=store, budget=Budget(images=60_000), **kw)
+    return ToolContext(investigation=inv, artifacts=store)
+
+
+def call(ctx, name, **args):
+    return investigation_tools().call(name, args, ctx)
+
+
+def test_the_first_attempt_fixes_the_sizes_of_every_attempt_before_it_draws_the_baseline(tmp_path):
+    ctx = context(tmp_path, max_confirmations=4)
+    first = call(ctx, "measure_rate", caption=NULL, confirm=True, max_n=200, first_n=50)
+    assert any("sizes fixed before the confirmation baseline was drawn" in n for n in first.notes)
+    # The adversary's move: seen k0, ask for a larger attempt. Refused, and nothing is spent or counted.
+    used = ctx.investigation.budget.used
+    with pytest.raises(ToolError, match="fixed before the confirmation baseline is drawn"):
+        call(ctx, "measure_rate", caption=SNOW, confirm=True, max_n=1600, first_n=50)
+    assert ctx.investigation.budget.used == used and ctx.investigation.confirmations_used == 1
+    again = call(ctx, "measure_rate", caption=SNOW, confirm=True, max_n=200, first_n=50)
+    assert again.verdict == "supported" and again.looks[0] == 50
+
+
+def test_declared_designs_each_have_their_share_of_the_attempts(tmp_path):
+    designs = [ConfirmationDesign(first_n=30, max_n=300, attempts=2), ConfirmationDesign(first_n=50, max_n=800,
+                                                                                         attempts=1)]
+    ctx = context(tmp_path, confirmation_designs=designs, max_confirmations=99)
+    assert ctx.investigation.max_confirmations == 3  # the family is the declared attempts
+    a = call(ctx, "measure_rate", caption=SNOW, confirm=True, max_n=300, first_n=30)
+    assert a.family_size == 3 and a.adjusted_p == pytest.approx(min(1.0, 3 * a.p_value))
+    call(ctx, "measure_rate", caption=NULL, confirm=True, max_n=800, first_n=50)
+    with pytest.raises(ToolError, match="declared with first_n=50, max_n=800 are spent"):
+        call(ctx, "measure_rate", caption=SNOW, confirm=True, max_n=800, first_n=50)
+    with pytest.raises(ToolError, match="not a declared design"):
+        call(ctx, "measure_rate", caption=SNOW, confirm=True, max_n=400, first_n=30)
+    call(ctx, "measure_rate", caption=SNOW, confirm=True, max_n=300, first_n=30)
+    with pytest.raises(ToolError, match="3 confirmation attempts are spent"):
+        call(ctx, "measure_rate", caption=SNOW, confirm=True, max_n=300, first_n=30)
+
+
+def test_a_budget_stop_keeps_the_planned_threshold(tmp_path):
+    # The planner steers the budget left, so a confirmation the budget cuts short may not spend the alpha left.
+    store = ArtifactStore(tmp_path / "artifacts")
+    inv = Investigation(backends=fake_backends(), label="cat", artifacts=store, budget=Budget(images=1000),
+                        max_confirmations=2)
+    ctx = ToolContext(investigation=inv, artifacts=store)
+    r = call(ctx, "measure_rate", caption=NULL, confirm=True, max_n=800, first_n=100, baseline_n=500)
+    plan = stats.default_plan(800, first=100, alpha=ALPHA / 2)
+    assert r.stopped == "budget" and r.looks == [100, 200, 400]
+    assert any("kept their planned thresholds" in n for n in r.notes)
+    # The p-value is the sequence's over the planned thresholds of the looks made, not over a final look's.
+    t = inv.test(r.test_id)
+    assert t.p_value == pytest.approx(plan.overall_p_value(
+        [float(stats.fisher_p_greater(k, n, t.k0, t.n0)) for k, n in looks_of(inv, r)]), rel=1e-9)
+
+
+def looks_of(inv, r):
+    s = inv.measurement(r.measurement_id).sample
+    failed = s.failed & s.valid
+    return [(int(failed[:n].sum()), int(s.valid[:n].sum())) for n in r.looks]
+
+
+def test_the_first_attempt_may_declare_every_attempts_sizes(tmp_path):
+    ctx = context(tmp_path, max_confirmations=3)
+    designs = [{"first_n": 30, "max_n": 300, "attempts": 2}, {"first_n": 50, "max_n": 800, "attempts": 1}]
+    with pytest.raises(ToolError, match="share out the 3 declared confirmation attempts"):
+        call(ctx, "measure_rate", caption=SNOW, confirm=True, max_n=300, first_n=30, designs=designs[:1])
+    call(ctx, "measure_rate", caption=SNOW, confirm=True, max_n=300, first_n=30, designs=designs)
+    assert [d.key for d in ctx.investigation.confirmation_designs] == [(30, 300), (50, 800)]
+    # Declared once: a later attempt cannot change them (it has seen the baseline).
+    with pytest.raises(ToolError, match="declared already"):
+        call(ctx, "measure_rate", caption=NULL, confirm=True, max_n=300, first_n=30,
+             designs=[{"first_n": 30, "max_n": 300, "attempts": 1}, {"first_n": 100, "max_n": 1600, "attempts": 2}])
+    assert call(ctx, "measure_rate", caption=NULL, confirm=True, max_n=800, first_n=50).family_size == 3
