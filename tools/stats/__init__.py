@@ -36,7 +36,8 @@ The design: discovery is a screen, and the guarantee comes from confirmation alo
 
 - *Discovery* (measure_rate without confirm): any number of tests, any looks, any adaptive choice. Its p-values are
   Holm-adjusted over the discovery tests so far, shown as such, and readjusted over the final family in reports; they
-  rank and select hypotheses but certify nothing.
+  rank and select hypotheses but certify nothing. A discovery test stops early for success only at alpha over the
+  discovery tests so far, itself included, so that a stop is a supported verdict when it is made.
 - *Confirmation* (measure_rate with confirm=true): each attempt draws fresh seeds, disjoint from every seed used
   before, so its data are independent of everything that led to choosing it. An investigation declares its
   confirmation family up front (MAX_CONFIRMATIONS attempts, 10 by default; attempts beyond are refused) and tests
