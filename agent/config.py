@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from sleuth.agent.llm.client import LLMConfig
 from sleuth.tools.backends.specs import BackendSpecs
 from sleuth.tools.defaults import ALPHA, BASELINE_N, BUDGET, MAX_CONFIRMATIONS
-from sleuth.tools.investigation import ConfirmationDesign
+from sleuth.tools.designs import ConfirmationDesign
 
 MAX_IMAGES = 1_000_000
 Criterion = Literal["top1", "topk", "parent"]

@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
 
 from sleuth.tools import stats
 from sleuth.tools.artifacts import ArtifactStore
@@ -20,6 +19,7 @@ from sleuth.tools.backends.base import Backends, Generation, LabelSpace
 from sleuth.tools.backends.criteria import failed as failed_by_criterion
 from sleuth.tools.cache import Prediction, PredictionCache
 from sleuth.tools.defaults import ALPHA, BUDGET, BUDGET_EXHAUSTED, MAX_CONFIRMATIONS
+from sleuth.tools.designs import ConfirmationDesign
 from sleuth.tools.findings import Finding
 from sleuth.tools.registry import ToolError
 
@@ -32,27 +32,6 @@ CONFIRMATION_OFFSET = 1 << 40
 SEEDS_PER_INVESTIGATION = 1 << 24
 
 MAX_IMAGES_PER_CALL = 5000
-
-
-class ConfirmationDesign(BaseModel):
-    """The sizes of a confirmation attempt, fixed before the confirmation baseline is drawn (tools/stats/__init__.py:
-    a design chosen after the baseline's count is seen would make Fisher's p invalid given that count)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    first_n: int = Field(ge=10, le=2000, description="Images at the first look.")
-    max_n: int = Field(ge=20, le=5000, description="Most images of an attempt.")
-    attempts: int = Field(ge=1, le=100, description="Attempts of the declared family made with these sizes.")
-
-    @property
-    def key(self) -> tuple[int, int]:
-        return min(self.first_n, self.max_n), self.max_n
-
-    def plan(self, alpha: float) -> stats.SequentialPlan:
-        return stats.default_plan(self.max_n, first=self.key[0], alpha=alpha)
-
-    def text(self) -> str:
-        return f"first look {self.key[0]}, at most {self.max_n} images"
 
 
 @dataclass

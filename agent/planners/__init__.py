@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Literal
 from sleuth.agent.config import PlannerConfig
 from sleuth.agent.runner import Planner
 from sleuth.tools.defaults import ALPHA, BASELINE_N, MAX_CONFIRMATIONS
-from sleuth.tools.investigation import ConfirmationDesign
+from sleuth.tools.designs import ConfirmationDesign
 
 if TYPE_CHECKING:
     from sleuth.agent.session import Session

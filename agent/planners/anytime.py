@@ -50,7 +50,7 @@ from sleuth.agent.runner import Turn
 from sleuth.tools import caption_failures, generate_and_classify, measure_rate, perturb_caption, record_finding
 from sleuth.tools.common import SampleSummary
 from sleuth.tools.defaults import ALPHA, MAX_CONFIRMATIONS
-from sleuth.tools.investigation import ConfirmationDesign
+from sleuth.tools.designs import ConfirmationDesign
 from sleuth.tools.stats import RatioCI
 
 

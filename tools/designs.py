@@ -1,0 +1,33 @@
+"""The sizes of a confirmation attempt (kept free of scipy: the run configuration declares them at start-up)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pydantic import BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:
+    from sleuth.tools.stats import SequentialPlan
+
+
+class ConfirmationDesign(BaseModel):
+    """The sizes of a confirmation attempt, fixed before the confirmation baseline is drawn (tools/stats/__init__.py:
+    a design chosen after the baseline's count is seen would make Fisher's p invalid given that count)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    first_n: int = Field(ge=10, le=2000, description="Images at the first look.")
+    max_n: int = Field(ge=20, le=5000, description="Most images of an attempt.")
+    attempts: int = Field(ge=1, le=100, description="Attempts of the declared family made with these sizes.")
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return min(self.first_n, self.max_n), self.max_n
+
+    def plan(self, alpha: float) -> SequentialPlan:
+        from sleuth.tools.stats import default_plan  # scipy: only when a test is planned, not at start-up
+
+        return default_plan(self.max_n, first=self.key[0], alpha=alpha)
+
+    def text(self) -> str:
+        return f"first look {self.key[0]}, at most {self.max_n} images"
