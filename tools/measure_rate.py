@@ -275,8 +275,8 @@ def _counterfactual(inv: Investigation, args: Args, purpose: Purpose) -> Result:
         edited=stats.binomial_rate(pc.failed_after, pc.pairs),
         flips=[f for f in flips if f.counted and f.failed_sham != f.failed_after][:8], verdict=verdict,
         notes=[*notes, (f"{len(flips)} images edited from {inv.class_prompt!r}, each also control-edited (same "
-                        "editor: a sham with the caption unchanged, or a placebo naming nothing new, as said per "
-                        f"pair); of the {pc.pairs} counted, {pc.failed_before} fail as generated, "
+                        "editor; each pair records its control); of the "
+                        f"{pc.pairs} counted, {pc.failed_before} fail as generated, "
                         f"{pc.failed_sham} control-edited, {pc.failed_after} edited"),
                *([excluded] if excluded else [])],
         budget_charged=inv.budget.used - used,
