@@ -116,3 +116,19 @@ def test_an_outcome_the_plan_does_not_reject_has_no_conditional_estimate():
     assert stats.conditional_effect(plan, crit + 10, 3, 15, 300).ratio > 2
     with pytest.raises(ValueError, match="not a rejection"):
         stats.conditional_effect(plan, crit - 1, 3, 15, 300)
+
+
+def test_the_final_answer_lists_a_findings_corrected_effect_and_the_naive_one_after_it():
+    from types import SimpleNamespace
+
+    from sleuth.tools.finish import finding_line
+    from sleuth.tools.stats import RatioCI
+
+    naive = RatioCI(ratio=2.69, low=1.5, high=4.8, method="katz-log", confidence=0.95)
+    corrected = RatioCI(ratio=1.94, low=0.9, high=3.9, method="conditional-median", confidence=0.95)
+    f = SimpleNamespace(finding_id="f1", caption="a cat in the snow",
+                        confirmation=SimpleNamespace(rate_ratio=naive, effect=corrected, adjusted_p=0.01))
+    line = finding_line(f)
+    assert "1.94x [0.9, 3.9] corrected for selection (naive 2.69x)" in line and line.startswith("f1 ")
+    f.confirmation.effect = None  # an old transcript's finding: its confirmation's ratio
+    assert "2.69x [1.5, 4.8], adjusted p" in finding_line(f)

@@ -56,9 +56,16 @@ def render(r: Result) -> list[Line]:
 
 
 def finding_line(f: Any) -> str:
+    """A finding's line in the final answer: its effect corrected for the confirmation's selection and early stop
+    where the confirmation gives one (the naive ratio after it), else the confirmation's rate ratio."""
     c = f.confirmation
     r = c.rate_ratio
-    effect = f"{r.ratio:.3g}x [{r.low:.3g}, {r.high:.3g}]" if r is not None else "n/a"
+    corrected = getattr(c, "effect", None)
+    if corrected is not None:
+        effect = (f"{corrected.ratio:.3g}x [{corrected.low:.3g}, {corrected.high:.3g}] corrected for selection"
+                  + (f" (naive {r.ratio:.3g}x)" if r is not None else ""))
+    else:
+        effect = f"{r.ratio:.3g}x [{r.low:.3g}, {r.high:.3g}]" if r is not None else "n/a"
     return f"{f.finding_id} {quote(f.caption)}: {effect}, adjusted p {pv(c.adjusted_p)}"
 
 
