@@ -20,7 +20,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 from fakeworld import fake_backends
 from llm_stub import StubServer, text_reply, tool_call, tool_reply
 
-from sleuth.agent.chat import PROMPT, STOPPED, Chat
+from sleuth.agent.chat import PROMPT, STOPPED, Chat, help_table
 from sleuth.agent.chat import commands as C
 from sleuth.agent.cli import main
 from sleuth.agent.events import PlannerTurn, ToolCalled, ToolReturned, UserMessage
@@ -28,6 +28,7 @@ from sleuth.agent.llm import LLMClient, LLMConfig
 from sleuth.agent.planners.llm import LLMPlanner
 from sleuth.agent.planners.protocol import ProtocolPlanner
 from sleuth.agent.session import Session
+from sleuth.agent.terminal.render import render_event
 from sleuth.agent.transcript import TranscriptWriter, read_transcript
 from sleuth.tools import investigation_tools as registry
 from sleuth.tools.cache import PredictionCache
@@ -53,6 +54,48 @@ def test_slash_command_parsing():
                          ("/caption", "nothing measured yet"), ("/edit a cat", "no generated images")]:
         with pytest.raises(C.CommandError, match=message):
             C.arguments(C.parse(bad), [], "a photo of a cat")
+
+
+def test_flags_stand_before_or_after_the_text_and_quotes_keep_words_as_text():
+    for line in ("/measure a photo of a cat in the snow confirm", "/measure confirm a photo of a cat in the snow",
+                 "/measure a photo of a cat in the snow n=300 CONFIRM",
+                 "/measure n=300 a photo of a cat in the snow confirm"):
+        p = C.parse(line)
+        assert (p.text, p.flags) == ("a photo of a cat in the snow", {"confirm"}), line
+        args = C.arguments(p, [], "a photo of a cat")[1]
+        assert args["caption"] == "a photo of a cat in the snow" and args["confirm"] is True
+    p = C.parse("/measure counterfactual a cat's toy in the snow target=snow_leopard confirm")
+    assert (p.text, p.flags, p.options) == ("a cat's toy in the snow", {"confirm", "counterfactual"},
+                                            {"target": "snow_leopard"})
+    # Quoted, the word is text; a quoted option value may hold spaces.
+    p = C.parse('/measure "a photo of a cat that will not confirm" target="snow leopard"')
+    assert (p.text, p.flags, p.options) == ("a photo of a cat that will not confirm", set(), {"target": "snow leopard"})
+    assert C.parse("/measure 'confirm' the cat").text == "confirm the cat"
+    # Commands without flags keep the word as text.
+    assert C.parse("/generate a photo of a cat, confirm").text == "a photo of a cat, confirm"
+    for bad, message in [("/measure a photo of a cat n=abc", r"^/measure: n must be a whole number, got 'abc'$"),
+                         ("/measure a cat confirm in the snow", "'confirm' inside the text.*quote the text"),
+                         ('/measure "a cat in the snow confirm', 'unclosed "'),
+                         ("/measure n=3 a cat n=4", "n= given twice")]:
+        with pytest.raises(C.CommandError, match=message):
+            C.arguments(C.parse(bad), [], "a photo of a cat")
+
+
+def test_help_and_usage_lines_print_their_bracketed_options():
+    screen = io.StringIO()
+    Console(file=screen, width=200, color_system=None).print(help_table(llm=False))
+    out = screen.getvalue()
+    assert "/measure [n=800] [target=LABEL] [confirm] [counterfactual] CAPTION" in out
+    assert "/generate [n=100] [target=LABEL] [PROMPT]" in out and "/caption [MEASUREMENT]" in out
+    assert '/measure "a cat that will not confirm"' in out
+    # Recorded text (a result no tool reads, the model's words) prints as recorded, brackets and all.
+    screen = io.StringIO()
+    console = Console(file=screen, width=200, color_system=None)
+    console.print(render_event(ToolReturned(call_id="c1", name="old_tool", ok=True,
+                                            result={"caption": "a cat [bold] in [n=800] snow"})))
+    console.print(render_event(PlannerTurn(reasoning="try [confirm] next", model="m[x]")))
+    out = screen.getvalue()
+    assert "a cat [bold] in [n=800] snow" in out and "try [confirm] next" in out and "m[x]" in out
 
 
 class Harness:
@@ -87,7 +130,8 @@ def test_slash_commands_drive_the_tools_and_land_in_the_transcript(tmp_path):
     h = Harness(tmp_path)
     lines = ["/generate n=200", "/caption", f"/measure n=200 target=snow_leopard {SNOW}",
              f"/measure n=200 confirm {SNOW}", "/record t1 t2 cats in snow pass for snow leopards",
-             f"/edit k=3 {SNOW}", "/perturb types=background n=1", "/findings", "how are you?", "/bogus", "/quit",
+             f"/edit k=3 {SNOW}", "/perturb types=background n=1", "/findings", "how are you?", "/bogus", "/measure",
+             "/quit",
              "/generate never reached"]
     screen = h.type(*lines)
     events = read_transcript(h.session.transcript)  # verifies the hash chain
@@ -110,6 +154,8 @@ def test_slash_commands_drive_the_tools_and_land_in_the_transcript(tmp_path):
     k, n = (finding.finding["discovery"]["hypothesis"][x] for x in ("k", "n"))
     assert any(m.group(1, 2) == (str(k), str(n)) for m in RATE_WITH_INTERVAL.finditer(screen))
     assert "1 confirmed finding" in screen and "No LLM is configured" in screen and "unknown command /bogus" in screen
+    # A usage line keeps its bracketed options (rich would read "[n=800]" as markup and drop it).
+    assert "usage: /measure [n=800] [target=LABEL] [confirm] [counterfactual] CAPTION" in screen
 
 
 def test_record_cites_a_counterfactual_test_when_given_one(tmp_path):

@@ -140,8 +140,8 @@ class Chat:
         try:
             status, answer, _ = self.runner.drive(planner, max_turns)
             if status == "max_turns":
-                self.console.print(f"[yellow]{planner.name} used its {max_turns} turns for this message; "
-                                   "write again to let it go on.[/]")
+                self.console.print(Text(f"{planner.name} used its {max_turns} turns for this message; "
+                                        "write again to let it go on.", style="yellow"))
             return answer
         except (Stopped, KeyboardInterrupt):
             self.console.print(f"[yellow]{STOPPED}.[/]")
@@ -184,7 +184,7 @@ class Chat:
             try:
                 return self.command(line)
             except C.CommandError as e:
-                self.console.print(f"[red]{e}[/]")
+                self.console.print(Text(str(e), style="red"))  # usage lines hold [brackets]: not markup
                 return True
         if self.planner is None:
             self.console.print("No LLM is configured, so words go nowhere: use the slash commands (/help), "
@@ -219,7 +219,8 @@ def help_table(*, llm: bool) -> Table:
     table.add_column(style="bold cyan", no_wrap=True)
     table.add_column()
     for usage, what in C.HELP:
-        table.add_row(usage, what)
+        # Text, not markup: rich would take "[n=800]" for a style tag and print nothing in its place.
+        table.add_row(Text(usage), Text(what))
     table.caption = ("Words without a slash go to the LLM planner, which runs tools and answers with evidence."
                      if llm else "No LLM configured: words are not understood; start with --llm MODEL for that.")
     return table

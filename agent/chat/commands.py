@@ -1,8 +1,10 @@
 """Slash commands of `sleuth chat`: parsed into tool calls, so a typed command is recorded like a planner's turn.
 
-Syntax: ``/name [key=value ...] [flag ...] text``. Options come first; the rest of the line is the text (a prompt,
-a caption, an id). Defaults come from the session so far: ``/caption`` captions the latest measurement, ``/edit``
-edits the latest generated images.
+Syntax: ``/name [key=value ...] [flag ...] text [flag ...]``. Options (``n=800``) may stand anywhere in the line;
+flags (``confirm``) before or after the text, not inside it; the rest of the line is the text (a prompt, a caption,
+an id). Quotes keep words as text: ``/measure "a cat that will not confirm"``; a quote opens a quoted span only at
+the start of a word (or after ``key=``), so apostrophes (``cat's``) need none. Defaults come from the session so far:
+``/caption`` captions the latest measurement, ``/edit`` edits the latest generated images.
 """
 
 from __future__ import annotations
@@ -19,8 +21,9 @@ from sleuth.tools import generate_and_classify, investigation_tools, measure_rat
 
 R = TypeVar("R", bound=BaseModel)
 
-FLAGS = frozenset({"confirm", "counterfactual"})
-_OPTION = re.compile(r"^([a-z_]+)=(\S+)$")
+FLAGS: dict[str, frozenset[str]] = {"measure": frozenset({"confirm", "counterfactual"})}
+"""The bare-word flags of each command; a command not listed takes none."""
+_OPTION = re.compile(r"^([a-z_]+)=(.+)$", re.S)
 
 HELP: list[tuple[str, str]] = [
     ("/generate [n=100] [target=LABEL] [PROMPT]", "generate and classify images of PROMPT (default: the class "
@@ -36,7 +39,8 @@ HELP: list[tuple[str, str]] = [
      "record a confirmed finding (e.g. /record t1 t3, or /record t1 t3 t4 with a counterfactual test)"),
     ("/findings", "the findings and every hypothesis tested so far"),
     ("/auto", "hand over to the protocol planner until it finishes (Ctrl-C stops it)"),
-    ("/help", "this list"),
+    ("/help", "this list; options (n=800) go anywhere, flags (confirm) before or after the text; quote text that "
+              "holds such a word: /measure \"a cat that will not confirm\""),
     ("/quit", "leave (Ctrl-D too); the transcript stays in the run directory"),
 ]
 
@@ -56,26 +60,79 @@ class Parsed:
     text: str = ""
 
 
+@dataclass
+class Word:
+    text: str
+    quoted: bool = False
+    """Quoted as a whole: always text, never an option or a flag."""
+
+
+def _close(line: str, quote: str, start: int) -> int:
+    """Index of the quote that closes a span opened before ``start``: the next one at the end of a word."""
+    for m in re.finditer(re.escape(quote), line[start:]):
+        end = start + m.start()
+        if end + 1 == len(line) or line[end + 1].isspace():
+            return end
+    raise CommandError(f"unclosed {quote} in the command; close it, or write the text without quotes")
+
+
+def split_words(line: str) -> list[Word]:
+    """Whitespace-separated words; a quote at the start of a word (or after ``key=``) runs to the matching quote at
+    the end of a word, whitespace included, so ``"a cat, confirm"`` is one word and ``cat's`` is plain."""
+    words: list[Word] = []
+    i, n = 0, len(line)
+    while i < n:
+        if line[i].isspace():
+            i += 1
+            continue
+        buf, whole = "", False
+        while i < n and not line[i].isspace():
+            c = line[i]
+            if c in "\"'" and (not buf or re.fullmatch(r"[a-z_]+=", buf)):
+                end = _close(line, c, i + 1)
+                whole = whole or not buf
+                buf += line[i + 1:end]
+                i = end + 1
+            else:
+                buf += c
+                i += 1
+        words.append(Word(buf, whole))
+    return words
+
+
 def parse(line: str) -> Parsed:
     if not line.startswith("/"):
         raise CommandError("slash commands start with /")
-    words = line[1:].split()
-    if not words:
+    head = line[1:].split(maxsplit=1)
+    if not head:
         raise CommandError("empty command; /help lists them")
-    name, rest = words[0].lower(), words[1:]
+    name = head[0].lower()
     if name not in TOOL_COMMANDS + OTHER_COMMANDS:
         raise CommandError(f"unknown command /{name}; /help lists them")
     p = Parsed(name)
-    while rest:
-        m = _OPTION.match(rest[0])
+    flags = FLAGS.get(name, frozenset())
+    rest: list[Word] = []
+    for w in split_words(head[1] if len(head) > 1 else ""):
+        m = None if w.quoted else _OPTION.match(w.text)
         if m:
+            if m.group(1) in p.options:
+                raise CommandError(f"/{name}: {m.group(1)}= given twice")
             p.options[m.group(1)] = m.group(2)
-        elif rest[0].lower() in FLAGS:
-            p.flags.add(rest[0].lower())
         else:
-            break
-        rest = rest[1:]
-    p.text = " ".join(rest)
+            rest.append(w)
+
+    def is_flag(w: Word) -> bool:
+        return not w.quoted and w.text.lower() in flags
+
+    while rest and is_flag(rest[0]):
+        p.flags.add(rest.pop(0).text.lower())
+    while rest and is_flag(rest[-1]):
+        p.flags.add(rest.pop().text.lower())
+    inside = [w.text for w in rest if is_flag(w)]
+    if inside:
+        raise CommandError(f"/{name}: {inside[0]!r} inside the text: as a flag, put it before or after the text; "
+                           f"as a word of the text, quote the text")
+    p.text = " ".join(w.text for w in rest if w.text)
     return p
 
 
@@ -92,7 +149,7 @@ def _known(p: Parsed, keys: Sequence[str], flags: Sequence[str] = ()) -> None:
     for k in p.options:
         if k not in keys:
             raise CommandError(f"/{p.name}: unknown option {k}= (known: {', '.join(keys) or 'none'})")
-    for f in p.flags:
+    for f in p.flags:  # the parser only takes a command's own flags; kept for commands called with Parsed directly
         if f not in flags:
             raise CommandError(f"/{p.name}: {f} is not an option of this command")
 

@@ -15,7 +15,7 @@ class ProgressBars:
         self.console = console
         self.enabled = enabled
         self._progress = Progress(
-            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
             console=console, transient=True, disable=not enabled,
         )
         self._tasks: dict[str, TaskID] = {}

@@ -1,6 +1,7 @@
 """Terminal rendering of transcript events, shared by `sleuth replay` and the live terminal.
 
-``render_event`` turns one event into a rich renderable (or ``None`` when there is nothing to show). A tool result
+``render_event`` turns one event into a rich renderable (or ``None`` when there is nothing to show). Recorded text
+(captions, the model's words, errors) goes in as ``Text``, never as markup: "[n=800]" must print as typed. A tool result
 is read back into its tool's ``Result`` and drawn from the lines its module's ``render`` gives (styles as named in
 ``sleuth.tools.text``); a result no tool reads (another version's) gets a compact key/value summary.
 """
@@ -88,12 +89,12 @@ def key_values(d: dict[str, Any]) -> Table:
         if _is_empty(v):
             continue
         if isinstance(v, dict) and not (_is_rate(v) or _is_ratio(v)):
-            table.add_row(str(k), "")
+            table.add_row(Text(str(k)), "")
             for sub, w in v.items():
                 if not _is_empty(w):
-                    table.add_row(f"  {sub}", compact(w))
+                    table.add_row(Text(f"  {sub}"), Text(compact(w)))
         else:
-            table.add_row(str(k), compact(v))
+            table.add_row(Text(str(k)), Text(compact(v)))
     return table
 
 
@@ -122,15 +123,15 @@ def _run_started(e: RunStarted) -> RenderableType:
     rows = Table.grid(padding=(0, 2))
     rows.add_column(style="cyan", no_wrap=True)
     rows.add_column(overflow="fold")
-    rows.add_row("command", e.command)
-    rows.add_row("planner", e.planner)
+    rows.add_row("command", Text(e.command))
+    rows.add_row("planner", Text(e.planner))
     if e.backends:
-        rows.add_row("backends", ", ".join(f"{k}={v}" for k, v in e.backends.items()))
+        rows.add_row("backends", Text(", ".join(f"{k}={v}" for k, v in e.backends.items())))
     if e.seeds:
-        rows.add_row("seeds", ", ".join(f"{k}={v}" for k, v in e.seeds.items()))
+        rows.add_row("seeds", Text(", ".join(f"{k}={v}" for k, v in e.seeds.items())))
     if e.config:
-        rows.add_row("config", compact(e.config, 200))
-    return Panel(rows, title=f"run {e.run_id}", subtitle=e.ts or None, border_style="blue")
+        rows.add_row("config", Text(compact(e.config, 200)))
+    return Panel(rows, title=Text(f"run {e.run_id}"), subtitle=Text(e.ts) if e.ts else None, border_style="blue")
 
 
 def _planner_turn(e: PlannerTurn) -> RenderableType | None:
@@ -141,7 +142,7 @@ def _planner_turn(e: PlannerTurn) -> RenderableType | None:
             meta.append(f"{e.usage.prompt_tokens}+{e.usage.completion_tokens} tokens")
         if e.cost_usd is not None:
             meta.append(f"${e.cost_usd:.4f}")
-        parts.append(Panel(Text(e.reasoning), title="planner", subtitle=" · ".join(meta) or None,
+        parts.append(Panel(Text(e.reasoning), title="planner", subtitle=Text(" · ".join(meta)) if meta else None,
                            border_style="dim", title_align="left"))
     if e.final is not None:
         parts.append(Panel(Text(e.final), title="answer", border_style="green", title_align="left"))
@@ -169,7 +170,7 @@ def _finding(e: Finding) -> RenderableType:
         table.add_column(style="cyan", no_wrap=True)
         table.add_column(overflow="fold")
         for k, v in e.finding.items():
-            table.add_row(str(k), compact(v, 160))
+            table.add_row(Text(str(k)), Text(compact(v, 160)))
         return Group(title, table)
 
 

@@ -107,6 +107,7 @@ def _ray_ready(args: argparse.Namespace, config: Any, classes: list[str]) -> boo
 
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
+    from rich.text import Text
 
     from sleuth.agent.audit import Audit, AuditError, check_run_dir, load, resolve_classes, slug, start
     from sleuth.agent.audit.config import load_config
@@ -150,13 +151,13 @@ def run(args: argparse.Namespace) -> int:
 
     def on_class(summary: dict[str, Any]) -> None:
         if not args.json:
-            bars.print(_describe(summary))
+            bars.print(Text(_describe(summary)))  # captions and paths, not markup
 
     if on_ray:
         from sleuth.agent.audit.on_ray import RayAudit
 
         audit: Any = RayAudit(run_dir, progress=bars.update, on_class=on_class,
-                              on_note=None if args.json else bars.print)
+                              on_note=None if args.json else lambda note: bars.print(Text(note)))
     else:
         assert backends is not None
         audit = Audit(run_dir, backends, progress=bars.update, on_event=show if args.verbose else None,
@@ -176,6 +177,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         console.print(classes_table(out))
         console.print(findings_table(out))
-        console.print(f"{out['images']} images, {out['seconds']:.1f} s active. Summary: {run_dir / 'summary.json'}")
-        console.print(f"Replay a class with: sleuth replay {run_dir / slug(classes[0])}")
+        console.print(f"{out['images']} images, {out['seconds']:.1f} s active. Summary: {run_dir / 'summary.json'}",
+                      markup=False)
+        console.print(f"Replay a class with: sleuth replay {run_dir / slug(classes[0])}", markup=False)
     return 0 if all(c["status"] in ("completed", "budget_spent", "skipped") for c in out["classes"]) else 1

@@ -217,7 +217,7 @@ def run_discovery(args: argparse.Namespace) -> int:
         out_console.print(calibration_table(out))
     else:
         out_console.print(discovery_table(out))
-    out_console.print(f"Transcripts and bench.json in {root}")
+    out_console.print(f"Transcripts and bench.json in {root}", markup=False)
     return 0
 
 

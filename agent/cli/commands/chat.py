@@ -79,5 +79,5 @@ def run(args: argparse.Namespace) -> int:
         chat.finish(status)
     n = len(inv.findings)
     console.print(f"{inv.budget.used} images, {n} finding{'s' * (n != 1)}. "
-                  f"Replay it with: sleuth replay {session.transcript}")
+                  f"Replay it with: sleuth replay {session.transcript}", markup=False)
     return 0

@@ -88,6 +88,6 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
     else:
         console.print(findings_table(session.investigation))
-        console.print(f"{out['images']} images, {seconds:.1f} s. Transcript: {session.transcript}")
-        console.print(f"Replay it with: sleuth replay {session.transcript}")
+        console.print(f"{out['images']} images, {seconds:.1f} s. Transcript: {session.transcript}", markup=False)
+        console.print(f"Replay it with: sleuth replay {session.transcript}", markup=False)
     return 0 if result.status in ("completed", "budget_spent") else 1

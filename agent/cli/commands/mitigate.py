@@ -76,9 +76,9 @@ def run(args: argparse.Namespace) -> int:
 
     for t in mitigation_tables(result):
         console.print(t)
-    console.print(f"written: {path}, {out / 'mitigation.jsonl'}")
+    console.print(f"written: {path}, {out / 'mitigation.jsonl'}", markup=False)
     first = runs[0]
     console.print(f"audit it again: sleuth investigate --class {shlex.quote(first.label)} "
                   f"--classifier {shlex.quote(result.classifier_after)}"
-                  + (f" --world {shlex.quote(first.backends.world)}" if first.backends.world else ""))
+                  + (f" --world {shlex.quote(first.backends.world)}" if first.backends.world else ""), markup=False)
     return 0

@@ -133,6 +133,7 @@ def _render(args: argparse.Namespace) -> int:
 
 def _verify(args: argparse.Namespace) -> int:
     from rich.console import Console
+    from rich.text import Text
 
     from sleuth.agent.errors import RebuildError
     from sleuth.agent.events import RunStarted
@@ -162,7 +163,7 @@ def _verify(args: argparse.Namespace) -> int:
                 failed += 1
                 reports.append({"transcript": str(path), "status": "different", "ok": False, "error": str(e)})
                 if not args.json:
-                    bars.print(f"[red]{path}: cannot verify: {e}[/red]")
+                    bars.print(Text(f"{path}: cannot verify: {e}", style="red"))
                 continue
             reports.append(report.model_dump(mode="json"))
             failed += not report.ok
@@ -276,11 +277,11 @@ def _fork(args: argparse.Namespace) -> int:
         return 1
     if keep != args.fork:
         console.print(f"Line {args.fork} is inside a planner turn: the fork keeps lines 1..{keep}, up to that turn.",
-                      style="yellow")
+                      style="yellow", markup=False)
     if done.divergence is not None:
         console.print(f"The {args.planner} planner does not reproduce the recorded turns "
                       f"({done.divergence.describe()}); it starts its own procedure on the rebuilt state.",
-                      style="yellow")
+                      style="yellow", markup=False)
     console.print(f"Forked {source} at line {keep}: {done.transcript} shares lines 1..{keep} and continues with "
-                  f"the {args.planner} planner: {done.result.events} events, {done.result.status}.")
+                  f"the {args.planner} planner: {done.result.events} events, {done.result.status}.", markup=False)
     return 0 if done.result.status in ("completed", "budget_spent") else 1
