@@ -22,6 +22,7 @@ from llm_stub import StubServer, text_reply, tool_call, tool_reply
 
 from sleuth.agent.chat import PROMPT, STOPPED, Chat, help_table
 from sleuth.agent.chat import commands as C
+from sleuth.agent.chat.lineedit import history_path, line_reader, load_history, save_history
 from sleuth.agent.cli import main
 from sleuth.agent.events import PlannerTurn, ToolCalled, ToolReturned, UserMessage
 from sleuth.agent.llm import LLMClient, LLMConfig
@@ -96,6 +97,36 @@ def test_help_and_usage_lines_print_their_bracketed_options():
     console.print(render_event(PlannerTurn(reasoning="try [confirm] next", model="m[x]")))
     out = screen.getvalue()
     assert "a cat [bold] in [n=800] snow" in out and "try [confirm] next" in out and "m[x]" in out
+
+
+def test_chat_history_is_saved_bounded_and_loaded(tmp_path):
+    readline = pytest.importorskip("readline")
+    path = tmp_path / "state" / "chat_history"
+    assert history_path({"XDG_CACHE_HOME": str(tmp_path)}) == tmp_path / "sleuth" / "chat_history"
+    assert history_path({"SLEUTH_CHAT_HISTORY": str(path), "XDG_CACHE_HOME": "/x"}) == path
+    readline.clear_history()
+    try:
+        for i in range(5):
+            readline.add_history(f"/measure n={i} a cat")
+        assert save_history(readline, path, limit=3)
+        assert path.read_text().splitlines()[-3:] == ["/measure n=2 a cat", "/measure n=3 a cat", "/measure n=4 a cat"]
+        assert path.stat().st_mode & 0o777 == 0o600
+        readline.clear_history()
+        assert load_history(readline, path, limit=3) == 3
+        assert [readline.get_history_item(i) for i in (1, 2, 3)] == ["/measure n=2 a cat", "/measure n=3 a cat",
+                                                                      "/measure n=4 a cat"]
+        readline.clear_history()
+        assert load_history(readline, tmp_path / "missing") == 0
+        # Not at a terminal: lines are read plainly and no history file is written.
+        plain = tmp_path / "plain_history"
+        with line_reader(str.upper, path=plain, interactive=False) as read:
+            assert read is str.upper
+        assert not plain.exists()
+        with line_reader(str.upper, path=plain, interactive=True) as read:
+            assert read is input
+        assert plain.exists()
+    finally:
+        readline.clear_history()
 
 
 class Harness:
@@ -222,7 +253,7 @@ def test_words_go_to_the_llm_which_sees_the_users_commands(tmp_path):
 
 def _spawn(tmp_path: Path, *args: str, env: dict | None = None):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "SLEUTH_NO_CACHE": "1",
-           "COLUMNS": "160", **(env or {})}
+           "COLUMNS": "160", "SLEUTH_CHAT_HISTORY": str(tmp_path / "chat_history"), **(env or {})}
     log = io.StringIO()
     child = pexpect.spawn(sys.executable, ["-m", "sleuth", "chat", "--class", "cat", "--runs", str(tmp_path), *args],
                           cwd=str(tmp_path), env=env, encoding="utf-8", dimensions=(50, 160), timeout=120)
@@ -250,6 +281,9 @@ def test_typing_into_chat_without_an_llm(tmp_path):
     child.sendline("/findings")
     child.expect("hypotheses")
     child.expect_exact(PROMPT)
+    child.send("\x1b[A\r")  # Up brings back the last line (not "^[[A"), Enter runs it again
+    child.expect("hypotheses")
+    child.expect_exact(PROMPT)
     child.sendline("/quit")
     child.expect("Replay it with: sleuth replay")
     child.expect(pexpect.EOF)
@@ -260,6 +294,11 @@ def test_typing_into_chat_without_an_llm(tmp_path):
     stopped = [e for e in events if isinstance(e, ToolReturned) and e.error == STOPPED]
     assert len(stopped) == 1 and stopped[0].name == "generate_and_classify"
     assert events[-1].kind == "run_finished" and events[-1].status == "completed"
+    # At a terminal, lines go through readline and into the history file, for Up to bring back next time.
+    history = (tmp_path / "chat_history").read_text().splitlines()
+    assert history[-4:] == ["/measure n=100 target=snow_leopard a realistic photograph of a cat in the snow",
+                            "/generate n=5000", "/findings", "/quit"]  # a repeated line is kept once
+    assert [e.text for e in events if isinstance(e, UserMessage)][-3:] == ["/findings", "/findings", "/quit"]
 
 
 def test_typing_into_chat_with_the_stub_llm_then_replaying_it(tmp_path, capsys):

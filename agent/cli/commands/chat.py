@@ -33,6 +33,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from sleuth.agent.chat import Chat, ProgressRelay, banner
+    from sleuth.agent.chat.lineedit import line_reader
     from sleuth.agent.config import PlannerConfig
     from sleuth.agent.planners import PlanFor, build_planner
     from sleuth.agent.runner import Planner
@@ -70,12 +71,12 @@ def run(args: argparse.Namespace) -> int:
             seed=config.seed, alpha=config.alpha))
 
     model = config.planner.llm.model if config.planner.llm is not None else None
-    with TranscriptWriter(session.transcript) as writer:
+    with TranscriptWriter(session.transcript) as writer, line_reader(console.input) as read:
         chat = Chat(session, writer, console, planner=planner, relay=relay, bars=show_bars,
                     max_turns=args.max_turns, protocol=protocol)
         console.print(banner(config.label, config.budget, str(session.transcript), model))
         chat.start()
-        status = chat.loop(console.input)
+        status = chat.loop(read)
         chat.finish(status)
     n = len(inv.findings)
     console.print(f"{inv.budget.used} images, {n} finding{'s' * (n != 1)}. "
