@@ -33,6 +33,15 @@ class TranscriptError(Exception):
         self.reason = reason
 
 
+class NotATranscript(TranscriptError):
+    """A file that is no sleuth transcript at all: empty, or its first line is not an event."""
+
+    def __init__(self, reason: str, *, empty: bool = False) -> None:
+        super().__init__(1, reason)
+        self.message = reason if empty else f"line 1 is {reason}"
+        """The whole sentence, e.g. "empty file, not a transcript" or "line 1 is not a sleuth transcript event: …"."""
+
+
 class VerifyReport(BaseModel):
     ok: bool
     n_events: int
@@ -88,10 +97,30 @@ def _split_lines(data: bytes) -> tuple[list[bytes], bytes]:
     return lines, tail
 
 
+def _first_line(raw: bytes) -> None:
+    """Refuse a first line that is no event at all: a transcript's first line is a whole event (``kind``, ``seq``,
+    ``hash``), so the torn-final-line reading, meant for a write cut short, does not apply to it."""
+    try:
+        obj = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        why = "not UTF-8 text"
+    except json.JSONDecodeError as e:
+        why = f"invalid JSON ({e.msg} at column {e.colno}): {raw[:60].decode('utf-8', 'replace')!r}"
+    else:
+        if isinstance(obj, dict) and isinstance(obj.get("kind"), str) and {"seq", "hash"} <= obj.keys():
+            return
+        keys = ", ".join(list(obj)[:6]) if isinstance(obj, dict) else ""
+        why = f"a JSON object with keys {keys or 'none'}" if isinstance(obj, dict) else f"JSON {type(obj).__name__}"
+    raise NotATranscript(f"not a sleuth transcript event: {why}")
+
+
 def _scan(data: bytes, verify: bool, out: list[Event]) -> None:
+    if not data.strip():
+        raise NotATranscript("empty file, not a transcript" if not data else "blank file, not a transcript", empty=True)
     lines, tail = _split_lines(data)
     if tail:
         lines.append(tail)
+    _first_line(lines[0])
     prev = ""
     for i, raw in enumerate(lines, start=1):
         if not raw.strip():

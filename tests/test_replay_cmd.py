@@ -50,6 +50,38 @@ def test_missing_transcript_is_a_usage_error(tmp_path, capsys):
     assert err == f"sleuth replay: error: no transcript at {tmp_path / 'nope.jsonl'}\n"
 
 
+def test_an_empty_or_foreign_file_is_no_transcript(tmp_path, capsys):
+    cases = {"empty.jsonl": (b"", "empty file, not a transcript"),
+             "blank.jsonl": (b"\n\n", "blank file, not a transcript"),
+             "notes.txt": (b"hello world\n", "line 1 is not a sleuth transcript event: invalid JSON "
+                                              "(Expecting value at column 1): 'hello world'"),
+             "data.jsonl": (b'{"name": "x", "value": 1}\n{"name": "y"}\n',
+                            "line 1 is not a sleuth transcript event: a JSON object with keys name, value"),
+             "list.json": (b"[1, 2]", "line 1 is not a sleuth transcript event: JSON list")}
+    for name, (data, message) in cases.items():
+        path = tmp_path / name
+        path.write_bytes(data)
+        for extra in ([], ["--no-verify"], ["--verify"], ["--fork", "1", "--planner", "replay"]):
+            assert main(["replay", str(path), *extra]) == 2, (name, extra)
+            captured = capsys.readouterr()
+            assert captured.err == f"sleuth replay: error: {path}: {message}\n", (name, extra)
+            assert "events" not in captured.out
+
+
+def test_a_transcript_cut_in_its_last_line_is_still_called_torn(written, capsys, tmp_path):
+    path, _ = written
+    cut = tmp_path / "cut.jsonl"
+    cut.write_bytes(path.read_bytes()[:-40])
+    assert main(["replay", str(cut)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"sleuth replay: {cut}: line 9: invalid JSON") and "(torn final line" in err
+    # A run whose only line was cut is no transcript yet.
+    first = tmp_path / "first.jsonl"
+    first.write_bytes(path.read_bytes().split(b"\n")[0][:-40])
+    assert main(["replay", str(first)]) == 2
+    assert "line 1 is not a sleuth transcript event: invalid JSON" in capsys.readouterr().err
+
+
 def test_generic_formatter_summarises_rates_and_nesting():
     assert compact({"k": 3, "n": 40, "rate": 0.075, "low": 0.0258, "high": 0.199}) == "3/40 [2.6–19.9%]"
     assert compact(0.123456) == "0.1235"

@@ -102,11 +102,13 @@ def _render(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from sleuth.agent.terminal.render import render_event
-    from sleuth.agent.transcript import TranscriptError, read_transcript
+    from sleuth.agent.transcript import NotATranscript, TranscriptError, read_transcript
 
     path = resolve(args.transcript)
     try:
         events = read_transcript(path, verify=not args.no_verify)
+    except NotATranscript as e:
+        raise UsageError(f"{path}: {e.message}") from None
     except TranscriptError as e:
         print(f"sleuth replay: {path}: line {e.line}: {e.reason}", file=sys.stderr)
         return 1
@@ -139,7 +141,7 @@ def _verify(args: argparse.Namespace) -> int:
     from sleuth.agent.events import RunStarted
     from sleuth.agent.replay.rebuild import backend_specs, verify_run
     from sleuth.agent.terminal.progress import ProgressBars
-    from sleuth.agent.transcript import TranscriptError, read_transcript
+    from sleuth.agent.transcript import NotATranscript, TranscriptError, read_transcript
 
     paths = transcripts_under(args.transcript)
     console = Console(width=args.width, highlight=False, stderr=args.json)
@@ -159,6 +161,14 @@ def _verify(args: argparse.Namespace) -> int:
                         built[key] = specs.build(bars.update, load=True)
                     backends = built[key]
                 report = verify_run(path, backends=backends, progress=bars.update, strict=args.strict)
+            except NotATranscript as e:
+                if len(paths) == 1:
+                    raise UsageError(f"{path}: {e.message}") from None
+                failed += 1
+                reports.append({"transcript": str(path), "status": "different", "ok": False, "error": e.message})
+                if not args.json:
+                    bars.print(Text(f"{path}: cannot verify: {e.message}", style="red"))
+                continue
             except (RebuildError, TranscriptError) as e:
                 failed += 1
                 reports.append({"transcript": str(path), "status": "different", "ok": False, "error": str(e)})
@@ -233,13 +243,15 @@ def _fork(args: argparse.Namespace) -> int:
     from sleuth.agent.session import new_run_dir
     from sleuth.agent.terminal.progress import ProgressBars
     from sleuth.agent.terminal.render import render_event
-    from sleuth.agent.transcript import TranscriptError, read_transcript
+    from sleuth.agent.transcript import NotATranscript, TranscriptError, read_transcript
 
     source = resolve(args.transcript)
     if args.fork < 1:
         raise UsageError(f"--fork must be a line number of at least 1, got {args.fork}")
     try:
         events = read_transcript(source)
+    except NotATranscript as e:
+        raise UsageError(f"{source}: {e.message}") from None
     except TranscriptError as e:
         print(f"sleuth replay: {source}: line {e.line}: {e.reason}", file=sys.stderr)
         return 1
