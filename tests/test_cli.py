@@ -41,3 +41,28 @@ def test_readme_opens_with_the_two_commands_and_ci_runs_the_test_one():
     assert ci[-1] == "make test"
     makefile = (ROOT / "Makefile").read_text()
     assert "sleuth investigate --class cat" in makefile.split("\ndemo:")[1].split("\n\n")[0]
+
+
+def test_investigate_help_is_short_and_advertises_only_the_real_planners(capsys, monkeypatch):
+    from sleuth.agent.planners import PLANNERS
+
+    monkeypatch.setenv("COLUMNS", "80")
+    parser = build_parser()
+    with pytest.raises(SystemExit):
+        parser.parse_args(["investigate", "--help"])
+    out = capsys.readouterr().out
+    adversarial = [n for n, s in PLANNERS.items() if s.adversarial]
+    assert len(adversarial) == 5 and not any(n in out for n in adversarial)
+    assert "protocol, protocol-v2, protocol-v1, wiles, random, llm" in out
+    assert len(out.splitlines()) < 80, len(out.splitlines())
+    assert max(len(line) for line in out.splitlines()) <= 80
+    # Hidden is not refused: the calibration scripts still run (docs/bench.md) ...
+    args = parser.parse_args(["investigate", "--class", "cat", "--planner", "adv-early"])
+    assert args.planner == "adv-early"
+    # ... and a wrong name is one line naming the real planners.
+    with pytest.raises(SystemExit) as e:
+        parser.parse_args(["investigate", "--class", "cat", "--planner", "foo"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err == ("sleuth investigate: error: argument --planner: unknown planner 'foo' (choose from protocol, "
+                   "protocol-v2, protocol-v1, wiles, random, llm)")

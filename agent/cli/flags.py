@@ -26,15 +26,12 @@ from sleuth.tools.backends.specs import SLOTS, BackendSpecs
 Progress = Callable[[str, int, int], None]
 
 SPEC_HELP = {
-    "generator": "Image generator: toyworld (default) or diffusers:PATH_OR_HUB_ID[,steps=N,guidance=X,height=H,"
-                 "width=W,batch=B,negative=TEXT]; diffusers:toyworld-sd is the packaged toyworld diffusion model.",
-    "classifier": "Classifier under audit: toyworld[:WEIGHTS] (default; WEIGHTS: e.g. what `sleuth mitigate` "
-                  "wrote), efficientnet-lite0, torchvision:ARCH[:WEIGHTS], "
-                  "timm:NAME[:CKPT], open_clip:MODEL[:WEIGHTS], hf:PATH_OR_HUB_ID, callable:module:function.",
-    "captioner": "Failure captioner: toyworld (default) or blip:PATH_OR_HUB_ID[,beams=N,samples=N].",
-    "embedder": "Image embedder for clustering failures: toyworld (default), toyworld-clip (packaged), "
-                "open_clip:MODEL:WEIGHTS, open_clip:FOLDER or clip:PATH_OR_HUB_ID (a transformers CLIPModel).",
-    "editor": "Counterfactual editor: toyworld (default) or sd-edit:PATH_OR_HUB_ID (sd-edit:toyworld-sd: packaged).",
+    "generator": "toyworld (default) or diffusers:PATH_OR_HUB_ID[,steps=N,...]",
+    "classifier": "toyworld[:WEIGHTS] (default), torchvision:ARCH[:WEIGHTS], timm:NAME[:CKPT], open_clip:MODEL, "
+                  "hf:PATH_OR_HUB_ID, efficientnet-lite0, callable:module:function",
+    "captioner": "toyworld (default) or blip:PATH_OR_HUB_ID[,beams=N,samples=N]",
+    "embedder": "toyworld (default), toyworld-clip, open_clip:MODEL:WEIGHTS or clip:PATH_OR_HUB_ID",
+    "editor": "toyworld (default) or sd-edit:PATH_OR_HUB_ID",
 }
 
 # Where each config field is set on the command line, for error messages.
@@ -54,89 +51,80 @@ def default(model: type[BaseModel], name: str) -> Any:
 
 def add_run_arguments(p: argparse.ArgumentParser, *, max_turns: bool = True) -> None:
     """The class, budgets and statistics settings of one investigation."""
-    p.add_argument("--class", dest="label", required=True, help="Class to audit, e.g. cat.")
-    p.add_argument("--budget", type=int, help=f"Most images to generate (default {default(RunConfig, 'budget')}).")
-    p.add_argument("--baseline-n", type=int,
-                   help="Images of the class baseline (default: the planner's own, 300 for protocol and 1000 for "
-                        "the others).")
-    p.add_argument("--seed", type=int, help="Investigation seed: selects the blocks of fresh image seeds "
-                                            f"(default {default(RunConfig, 'seed')}).")
-    p.add_argument("--criterion", choices=["top1", "topk", "parent"],
-                   help="Failure criterion: top-1 wrong, label not in top-3, or no top-3 label under the true "
-                        f"label's parent (Wiles et al.). Default {default(RunConfig, 'criterion')}.")
-    p.add_argument("--alpha", type=float, help=f"Family-wise error level (default {default(RunConfig, 'alpha')}).")
-    p.add_argument("--confirmations", type=int, metavar="M",
-                   help="Declared confirmation attempts, each tested at alpha/M (default: the planner's own; "
-                        "protocol declares one per 500 images of the budget, from 10 to 40; the others 10).")
+    # Help texts fit one line each; the details are in the docs (docs/audit.md, docs/llm.md, docs/real_models.md).
+    p.add_argument("--class", dest="label", required=True, metavar="LABEL", help="class to audit, e.g. cat")
+    p.add_argument("--budget", type=int, metavar="N", help=f"most images to generate ({default(RunConfig, 'budget')})")
+    p.add_argument("--runs", default="runs", metavar="DIR", help="folder for run directories (./runs)")
+    g = p.add_argument_group("statistics and limits")
+    g.add_argument("--baseline-n", type=int, metavar="N",
+                   help="class baseline images (300 protocol, 1000 others)")
+    g.add_argument("--seed", type=int, help=f"seed of the fresh image seeds ({default(RunConfig, 'seed')})")
+    g.add_argument("--criterion", choices=["top1", "topk", "parent"], metavar="top1|topk|parent",
+                   help=f"failure: top-1 wrong, not in top-3, no top-3 label under the parent "
+                        f"({default(RunConfig, 'criterion')})")
+    g.add_argument("--alpha", type=float, help=f"family-wise error level ({default(RunConfig, 'alpha')})")
+    g.add_argument("--confirmations", type=int, metavar="M",
+                   help="confirmation attempts, each at alpha/M (protocol: budget/500)")
     if max_turns:
-        p.add_argument("--max-turns", type=int,
-                       help="Most planner turns (default: the planner's own, 1000 for protocol and 100 for the "
-                            "others).")
-        p.add_argument("--max-seconds", type=float,
-                       help="Most wall-clock seconds for the run: it stops after the turn that crosses it, with "
-                            "status time_limit and its findings kept (default: no limit).")
-    p.add_argument("--runs", default="runs", help="Folder for run directories (default ./runs).")
+        g.add_argument("--max-turns", type=int, metavar="N", help="most planner turns (1000 protocol, 100 others)")
+        g.add_argument("--max-seconds", type=float, metavar="S",
+                       help="stop after the turn that passes S seconds (no limit)")
+
+
+class PlannerName:
+    """``--planner``'s type: any registered planner (or an ``extra`` one), named in errors by the public ones only;
+    the adversarial calibration scripts are accepted but not advertised (docs/bench.md)."""
+
+    def __init__(self, extra: tuple[str, ...] = ()) -> None:
+        self.public = (*(n for n, s in PLANNERS.items() if not s.adversarial), *extra)
+        self.known = (*PLANNERS, *extra)
+        self.__name__ = "planner"  # argparse names the type in its messages
+
+    def __call__(self, text: str) -> str:
+        if text not in self.known:
+            raise argparse.ArgumentTypeError(f"unknown planner {text!r} (choose from {', '.join(self.public)})")
+        return text
 
 
 def add_planner_arguments(p: argparse.ArgumentParser, *, extra: tuple[str, ...] = ()) -> None:
     """Which planner plans; ``extra`` are planner names only this command offers (e.g. replay for forks)."""
-    choices = (*PLANNERS, *extra)
-    p.add_argument("--planner", choices=choices,
-                   help="; ".join(f"{n}: {PLANNERS[n].help}" if n in PLANNERS else n for n in choices)
-                   + ". Default: protocol, or llm when --llm is given.")
-    g = p.add_argument_group("LLM planner")
-    g.add_argument("--llm", metavar="MODEL",
-                   help="Plan with this litellm model, e.g. gpt-4o-mini, anthropic/claude-sonnet-4-5, "
-                        "ollama_chat/qwen2.5, or openai/NAME with --api-base for an OpenAI-compatible server.")
-    g.add_argument("--api-base", metavar="URL",
-                   help="Base URL of an OpenAI-compatible server (llama.cpp, vLLM, Ollama), e.g. "
-                        "http://127.0.0.1:8080/v1.")
-    g.add_argument("--api-key-env", metavar="VAR",
-                   help="Environment variable that holds the API key (default: the provider's own, e.g. "
-                        "OPENAI_API_KEY). Keys are never written to transcripts or logs.")
-    g.add_argument("--planner-sees-images", action="store_true",
-                   help="Show a vision-capable model thumbnails of the images in the latest results.")
+    names = PlannerName(extra)
+    g = p.add_argument_group("planner", "--planner NAME or --llm MODEL (docs/llm.md); the API key comes from the "
+                                        "provider's environment variable and is never written")
+    g.add_argument("--planner", type=names, metavar="NAME",
+                   help=f"{', '.join(names.public)} (default: protocol, or llm with --llm)")
+    g.add_argument("--llm", metavar="MODEL", help="litellm model, e.g. gpt-4o-mini or openai/NAME")
+    g.add_argument("--api-base", metavar="URL", help="OpenAI-compatible server, e.g. http://127.0.0.1:8080/v1")
+    g.add_argument("--api-key-env", metavar="VAR", help="variable holding the API key (the provider's own)")
+    g.add_argument("--planner-sees-images", action="store_true", help="show a vision model thumbnails")
     g.add_argument("--llm-timeout", type=float, metavar="S",
-                   help=f"Seconds before one LLM request times out (default {default(LLMConfig, 'timeout_s'):g}).")
-    g.add_argument("--tool-choice", choices=["auto", "required"],
-                   help="Send this tool_choice with every investigation request: 'required' makes a server that "
-                        "supports it (llama.cpp's llama-server, vLLM, OpenAI) constrain each reply to a tool call, a "
-                        "forced-call mode for small local models (default: not sent; the server's own, auto).")
-    g.add_argument("--call-format", choices=["tools", "json"],
-                   help="'json': a forced-call mode for small local models that write calls in their own format: "
-                        "the tools are described in the system prompt and a response_format grammar makes every "
-                        "reply one JSON call (default 'tools': the server's tool calling).")
+                   help=f"seconds per request ({default(LLMConfig, 'timeout_s'):g})")
     g.add_argument("--llm-retries", type=int, metavar="N",
-                   help="Retries of a rate-limited, timed-out or failed LLM request, with backoff "
-                        f"(default {default(LLMConfig, 'retries')}).")
+                   help=f"retries on rate limits, timeouts, 5xx ({default(LLMConfig, 'retries')})")
     g.add_argument("--llm-context", type=int, metavar="TOKENS",
-                   help="Rough token budget of each LLM request; older results are summarised to fit "
-                        f"(default {default(PlannerConfig, 'context_tokens')}).")
+                   help=f"token budget per request ({default(PlannerConfig, 'context_tokens')})")
+    g.add_argument("--tool-choice", choices=["auto", "required"], metavar="auto|required",
+                   help="tool_choice to send (not sent)")
+    g.add_argument("--call-format", choices=["tools", "json"], metavar="tools|json",
+                   help="json: one JSON call per reply (tools)")
 
 
 def add_backend_arguments(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("models", "Which models to audit and generate with (docs/real_models.md). Weights are "
-                                       "read from local paths or the Hugging Face cache, never downloaded.")
-    g.add_argument("--world", help="toyworld config: a YAML/JSON file or a packaged world name (default, nobugs). "
-                                   "Default: the embedded default world.")
+    g = p.add_argument_group("models", "what to audit and generate with (docs/real_models.md); weights come from local "
+                                       "paths or the Hugging Face cache, never downloaded")
+    g.add_argument("--world", metavar="WORLD", help="toyworld config: a YAML/JSON file, default or nobugs")
     for slot in SLOTS:
         g.add_argument(f"--{slot}", metavar="SPEC", help=SPEC_HELP[slot])
-    g.add_argument("--device", help="cpu (default), cuda, cuda:N, mps or auto, for every real model.")
-    g.add_argument("--dtype", choices=["float32", "float16", "bfloat16"],
-                   help="Precision of the real models (default float32; float16 needs a GPU).")
+    g.add_argument("--device", help="cpu (default), cuda, cuda:N, mps or auto")
+    g.add_argument("--dtype", choices=["float32", "float16", "bfloat16"], metavar="DTYPE",
+                   help="float32 (default), float16 or bfloat16")
     g.add_argument("--class-token", action="append", default=[], metavar="[CLASS=]FILE",
-                   help="Textual-inversion embedding for a class (Dataset Interfaces' learned tokens), so generated "
-                        "images match a dataset's look; CLASS defaults to --class. Repeatable.")
-    g.add_argument("--clip-checks", metavar="off|on|SPEC",
-                   help="Dataset Interfaces' CLIP checks on generated images: images where CLIP does not see the "
-                        "class are invalid, shifts it does not see are unrendered. on: use the --embedder CLIP "
-                        "model; or a CLIP spec. Default off.")
+                   help="textual-inversion embedding for a class (repeatable)")
+    g.add_argument("--clip-checks", metavar="off|on|SPEC", help="CLIP checks of generated images (off)")
     g.add_argument("--clip-class-top-k", type=int, metavar="K",
-                   help="Class present when it is within CLIP's top K of all classes "
-                        f"(default {default(BackendSpecs, 'clip_class_top_k')}).")
+                   help=f"class seen when in CLIP's top K ({default(BackendSpecs, 'clip_class_top_k')})")
     g.add_argument("--clip-shift-threshold", type=float, metavar="X",
-                   help="Shift present when its CLIP similarity to the image is at least X "
-                        f"(default {default(BackendSpecs, 'clip_shift_threshold')}).")
+                   help=f"shift seen at CLIP similarity >= X ({default(BackendSpecs, 'clip_shift_threshold')})")
 
 
 def _class_tokens(args: argparse.Namespace) -> dict[str, str]:

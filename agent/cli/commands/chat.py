@@ -21,10 +21,11 @@ MAX_TURNS_PER_MESSAGE = 40
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.usage = "%(prog)s --class LABEL [options]"
     add_run_arguments(p, max_turns=False)
     p.add_argument("--max-turns", type=int, default=MAX_TURNS_PER_MESSAGE,
-                   help=f"Most planner turns per message (default {MAX_TURNS_PER_MESSAGE}).")
-    p.add_argument("--no-progress", action="store_true", help="No progress bars or spinners.")
+                   help=f"most planner turns per message ({MAX_TURNS_PER_MESSAGE})")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars or spinners")
     add_backend_arguments(p)
     add_planner_arguments(p)
 

@@ -23,9 +23,10 @@ HELP = "Investigate one class: find failure hypotheses, test, refine, confirm, a
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.usage = "%(prog)s --class LABEL [options]"
     add_run_arguments(p)
-    p.add_argument("--json", action="store_true", help="Print a JSON summary instead of the terminal report.")
-    p.add_argument("--quiet", action="store_true", help="No live transcript, only the findings table.")
+    p.add_argument("--json", action="store_true", help="print a JSON summary instead of the terminal report")
+    p.add_argument("--quiet", action="store_true", help="no live transcript, only the findings table")
     add_backend_arguments(p)
     add_planner_arguments(p)
 
