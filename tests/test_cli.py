@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -66,3 +67,47 @@ def test_investigate_help_is_short_and_advertises_only_the_real_planners(capsys,
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert err == ("sleuth investigate: error: argument --planner: unknown planner 'foo' (choose from protocol, "
                    "protocol-v2, protocol-v1, wiles, random, llm)")
+
+
+# Reports which heavy libraries were imported when the command returned, after its own output.
+_PROBE = """
+import sys
+try:
+    from sleuth.agent.cli import main
+    rc = main(sys.argv[1:])
+except SystemExit as e:
+    rc = e.code
+print("IMPORTED=" + ",".join(m for m in {heavy!r} if m in sys.modules), file=sys.stderr)
+sys.exit(rc)
+"""
+
+
+def test_input_errors_are_reported_before_any_heavy_import(tmp_path):
+    # A typo must be answered at once, not after torch and the models load (seconds on a loaded machine).
+    empty = tmp_path / "empty.jsonl"
+    empty.write_bytes(b"")
+    cases = [
+        (["investigate", "--class", "zebra"],
+         "sleuth investigate: error: unknown class 'zebra'. Did you mean: crab, brick wall? Classes: cat, "
+         "snow leopard, dog, fox, fly, bee, crayfish, crab, goldfish, shark, chainlink fence, brick wall."),
+        (["chat", "--class", "kat"], "sleuth chat: error: unknown class 'kat'. Did you mean: cat? Classes: cat, "),
+        (["investigate", "--class", "cat", "--budget", "0"],
+         "sleuth investigate: error: --budget: Input should be greater than or equal to 1; got 0"),
+        (["investigate", "--class", "cat", "--world", str(tmp_path / "missing.yaml")],
+         f"sleuth investigate: error: world config {tmp_path / 'missing.yaml'}: no such file"),
+        (["investigate", "--class", "cat", "--planner", "nope"],
+         "sleuth investigate: error: argument --planner: unknown planner 'nope'"),
+        (["replay", str(tmp_path / "missing.jsonl")], f"sleuth replay: error: no transcript at {tmp_path}"),
+        (["replay", str(empty)], f"sleuth replay: error: {empty}: empty file, not a transcript"),
+        (["replay", str(empty), "--verify"], f"sleuth replay: error: {empty}: empty file, not a transcript"),
+        (["report", str(tmp_path / "missing")], f"sleuth report: error: no such file or directory: {tmp_path}"),
+    ]
+    for argv, message in cases:
+        out = subprocess.run([sys.executable, "-c", _PROBE.format(heavy=HEAVY + ("diffusers", "ray")), *argv],
+                             cwd=tmp_path, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        *lines, imported = out.stderr.splitlines()
+        assert out.returncode == 2, (argv, out.stderr)
+        assert lines[-1].startswith(message), (argv, out.stderr)
+        assert len(lines) == 1 or lines[0].startswith("usage:"), (argv, out.stderr)  # argparse's usage line
+        assert imported == "IMPORTED=", (argv, imported)
+        assert out.stdout == ""

@@ -20,8 +20,8 @@ from sleuth.agent.config import PlannerConfig, RunConfig, one_line
 from sleuth.agent.errors import UsageError
 from sleuth.agent.llm.client import LLMConfig
 from sleuth.agent.planners import PLANNERS
-from sleuth.tools.backends.base import BackendError, Backends
-from sleuth.tools.backends.specs import SLOTS, BackendSpecs
+from sleuth.tools.backends.base import BackendError, Backends, LabelSpace
+from sleuth.tools.backends.specs import SLOTS, BackendSpecs, parse_spec
 
 Progress = Callable[[str, int, int], None]
 
@@ -200,15 +200,33 @@ def planner_config(args: argparse.Namespace) -> PlannerConfig:
 
 
 def run_config(args: argparse.Namespace) -> RunConfig:
-    """Every flag of an investigation as one validated ``RunConfig``."""
+    """Every flag of an investigation as one validated ``RunConfig``, the class checked against the toy world's when
+    the classifier is toyworld's: all before any model (or torch) loads, so a typo costs no start-up."""
     planner = planner_config(args)
     backends = backend_specs(args)
     settings = {"class": args.label, **_set(args, {"budget": "budget", "seed": "seed", "criterion": "criterion",
                                                    "alpha": "alpha", "confirmations": "confirmations"})}
     try:
-        return RunConfig.model_validate({**settings, "planner": planner, "backends": backends})
+        config = RunConfig.model_validate({**settings, "planner": planner, "backends": backends})
     except ValidationError as e:
         raise UsageError(one_line(e, flags=FLAG_OF)) from None
+    labels = toy_labels(config.backends)
+    if labels is not None and config.label not in labels.labels:
+        raise UsageError(labels.unknown_message(config.label))
+    return config
+
+
+def toy_labels(specs: BackendSpecs) -> LabelSpace | None:
+    """The classes of a toyworld classifier, read from its world config (no network is built); None for any other
+    classifier, whose labels are known once it loads."""
+    from sleuth.tools.backends.toyworld.config import load_world
+
+    if parse_spec(specs.classifier, "classifier").kind != "toyworld":
+        return None
+    try:
+        return load_world(specs.world).labels
+    except BackendError as e:
+        raise UsageError(str(e)) from None
 
 
 def build_backends(specs: BackendSpecs, progress: Progress | None = None) -> Backends:

@@ -51,6 +51,8 @@ class LabelSpace:
     def unknown_message(self, label: str) -> str:
         near = self.closest(label)
         hint = f" Did you mean: {', '.join(near)}?" if near else ""
+        if len(self.labels) <= 30:  # a toy world's classes fit on the line; ImageNet's thousand do not
+            hint += f" Classes: {', '.join(self.labels)}."
         return f"unknown class {label!r}.{hint}"
 
 

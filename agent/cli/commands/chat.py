@@ -31,6 +31,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # Flags, input files and the class are checked first: a mistake is reported before torch and the models load.
+    if not 1 <= args.max_turns <= 1000:
+        raise UsageError(f"--max-turns must be between 1 and 1000, got {args.max_turns}")
+    config = run_config(args)
+
     from rich.console import Console
 
     from sleuth.agent.chat import Chat, ProgressRelay, banner
@@ -43,9 +48,6 @@ def run(args: argparse.Namespace) -> int:
     from sleuth.agent.transcript import TranscriptWriter
     from sleuth.tools.registry import ToolError
 
-    if not 1 <= args.max_turns <= 1000:
-        raise UsageError(f"--max-turns must be between 1 and 1000, got {args.max_turns}")
-    config = run_config(args)
     console = Console(highlight=False)
     show_bars = console.is_terminal and not args.no_progress
     with ProgressBars(console, enabled=show_bars) as bars:

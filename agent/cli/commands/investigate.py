@@ -51,6 +51,9 @@ def summary(session: Any, result: Any, seconds: float) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
+    # Flags, input files and the class are checked first: a mistake is reported before torch and the models load.
+    config = run_config(args)
+
     from rich.console import Console
 
     from sleuth.agent.session import Session, new_run_dir
@@ -59,7 +62,6 @@ def run(args: argparse.Namespace) -> int:
     from sleuth.agent.terminal.tables import findings_table
     from sleuth.tools.registry import ToolError
 
-    config = run_config(args)
     console = Console(stderr=args.json)
     bars = ProgressBars(console, enabled=not args.json and console.is_terminal)
     with bars:

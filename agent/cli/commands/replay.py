@@ -99,9 +99,6 @@ def _numbered(line: int, renderable: Any) -> Any:
 
 
 def _render(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
-    from sleuth.agent.terminal.render import render_event
     from sleuth.agent.transcript import NotATranscript, TranscriptError, read_transcript
 
     path = resolve(args.transcript)
@@ -114,6 +111,10 @@ def _render(args: argparse.Namespace) -> int:
         return 1
     except OSError as e:
         raise UsageError(f"cannot read {path}: {e.strerror or e}") from None
+    # The renderers import the tools (and scipy): only once the file is known to be a transcript.
+    from rich.console import Console
+
+    from sleuth.agent.terminal.render import render_event
     console = Console(width=args.width, highlight=False)
     step = args.step and sys.stdin.isatty()
     seen_turn = False
@@ -134,6 +135,16 @@ def _render(args: argparse.Namespace) -> int:
 
 
 def _verify(args: argparse.Namespace) -> int:
+    from sleuth.agent.transcript import NotATranscript, TranscriptError, read_transcript
+
+    paths = transcripts_under(args.transcript)
+    if len(paths) == 1:  # a file that is no transcript is said so before the backends' libraries load
+        try:
+            read_transcript(paths[0], verify=False)
+        except NotATranscript as e:
+            raise UsageError(f"{paths[0]}: {e.message}") from None
+        except TranscriptError:
+            pass  # a damaged transcript: the verification reports it with the rest
     from rich.console import Console
     from rich.text import Text
 
@@ -141,9 +152,7 @@ def _verify(args: argparse.Namespace) -> int:
     from sleuth.agent.events import RunStarted
     from sleuth.agent.replay.rebuild import backend_specs, verify_run
     from sleuth.agent.terminal.progress import ProgressBars
-    from sleuth.agent.transcript import NotATranscript, TranscriptError, read_transcript
 
-    paths = transcripts_under(args.transcript)
     console = Console(width=args.width, highlight=False, stderr=args.json)
     bars = ProgressBars(console, enabled=not args.json and console.is_terminal)
     built: dict[str, Any] = {}
@@ -234,15 +243,6 @@ def _print_report(bars: Any, report: Any) -> None:
 
 
 def _fork(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
-    from sleuth.agent.cli.flags import planner_config
-    from sleuth.agent.errors import RebuildError
-    from sleuth.agent.planners.replay import ReplayPlanner
-    from sleuth.agent.replay.resume import fork_point, fork_run
-    from sleuth.agent.session import new_run_dir
-    from sleuth.agent.terminal.progress import ProgressBars
-    from sleuth.agent.terminal.render import render_event
     from sleuth.agent.transcript import NotATranscript, TranscriptError, read_transcript
 
     source = resolve(args.transcript)
@@ -255,6 +255,15 @@ def _fork(args: argparse.Namespace) -> int:
     except TranscriptError as e:
         print(f"sleuth replay: {source}: line {e.line}: {e.reason}", file=sys.stderr)
         return 1
+    from rich.console import Console
+
+    from sleuth.agent.cli.flags import planner_config
+    from sleuth.agent.errors import RebuildError
+    from sleuth.agent.planners.replay import ReplayPlanner
+    from sleuth.agent.replay.resume import fork_point, fork_run
+    from sleuth.agent.session import new_run_dir
+    from sleuth.agent.terminal.progress import ProgressBars
+    from sleuth.agent.terminal.render import render_event
     if not events or events[0].kind != "run_started":
         raise UsageError(f"{source} does not begin with run_started")
     config = events[0].config

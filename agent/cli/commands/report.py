@@ -25,11 +25,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from sleuth.agent.report import ReportError, default_output, write_report
-
     out = Path(args.output) if args.output else None
     if out is not None and out.is_dir():
         raise UsageError(f"--output {out} is a directory; give a file name")
+    if not Path(args.run_dir).exists():  # before the report's plotting and image libraries load
+        raise UsageError(f"no such file or directory: {args.run_dir}")
+    from sleuth.agent.report import ReportError, default_output, write_report
+
     t0 = time.perf_counter()
     try:
         written = write_report(args.run_dir, out, verify=not args.no_verify)

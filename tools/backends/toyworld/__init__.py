@@ -8,19 +8,28 @@ changed. ``Oracle`` holds the ground truth (for benchmarks and tests only).
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from sleuth.tools.backends.base import Backends
-from sleuth.tools.backends.toyworld.captioner import ToyCaptioner
-from sleuth.tools.backends.toyworld.classifier import ToyClassifier
 from sleuth.tools.backends.toyworld.config import World, load_world
-from sleuth.tools.backends.toyworld.editor import ToyEditor
-from sleuth.tools.backends.toyworld.embedder import ToyEmbedder
-from sleuth.tools.backends.toyworld.generator import ToyGenerator
-from sleuth.tools.backends.toyworld.oracle import CLASS_PROMPT, Oracle, PlantedBug
-from sleuth.tools.backends.toyworld.train import Progress
+
+if TYPE_CHECKING:
+    from sleuth.tools.backends.toyworld.oracle import CLASS_PROMPT, Oracle, PlantedBug
+    from sleuth.tools.backends.toyworld.train import Progress
 
 __all__ = ["CLASS_PROMPT", "Oracle", "PlantedBug", "World", "load_backends", "load_world"]
+
+# The networks import torch: the package itself stays light, so reading a world config (its classes, for a command's
+# argument check) costs no torch import.
+_LAZY = {"CLASS_PROMPT": "oracle", "Oracle": "oracle", "PlantedBug": "oracle"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def load_backends(world: str | Path | World | None = None, *, size: int = 64, device: str = "cpu",
@@ -32,6 +41,13 @@ def load_backends(world: str | Path | World | None = None, *, size: int = 64, de
     ``(task, done, total)``) and caches them under ``$SLEUTH_CACHE`` or ``~/.cache/sleuth/toyworld``.
     ``classifier_weights``: the classifier's weights from that file instead (e.g. what `sleuth mitigate` wrote).
     """
+    from sleuth.tools.backends.toyworld.captioner import ToyCaptioner
+    from sleuth.tools.backends.toyworld.classifier import ToyClassifier
+    from sleuth.tools.backends.toyworld.editor import ToyEditor
+    from sleuth.tools.backends.toyworld.embedder import ToyEmbedder
+    from sleuth.tools.backends.toyworld.generator import ToyGenerator
+    from sleuth.tools.backends.toyworld.oracle import CLASS_PROMPT
+
     w = world if isinstance(world, World) else load_world(world)
     generator = ToyGenerator(w, size)
     captioner = ToyCaptioner(w, device, progress)
