@@ -9,6 +9,8 @@ import logging
 import os
 import re
 import secrets
+import socket
+import time
 from pathlib import Path
 from typing import Any
 
@@ -410,3 +412,29 @@ def test_a_model_that_only_talks_ends_the_run_as_an_error_not_completed(tmp_path
     assert result.status == "error"
     finished = read_transcript(sess.transcript)[-1]
     assert finished.kind == "run_finished" and finished.status == "error" and finished.n_findings == 0
+
+
+def test_an_unreachable_server_fails_at_once_naming_its_url(tmp_path, capsys, caplog):
+    from sleuth.agent.cli import main
+
+    with socket.socket() as s:  # a port nobody listens on: bound, then released
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"http://127.0.0.1:{port}/v1"
+    caplog.set_level(logging.WARNING, logger="sleuth.llm")
+    t0 = time.perf_counter()
+    code = main(["investigate", "--class", "cat", "--runs", str(tmp_path), "--budget", "500", "--quiet",
+                 "--llm", "openai/x", "--api-base", url])
+    seconds = time.perf_counter() - t0
+    out = capsys.readouterr().out
+    assert code == 1
+    # A refused connection is not retried (the old backoff alone slept 2 + 4 + 8 + 16 s).
+    assert not [r for r in caplog.records if "retry" in r.getMessage()] and seconds < 25
+    flat = " ".join(out.split())
+    assert f"error: cannot reach {url} (openai/x): connection refused; is the server running" in flat
+    assert "The run stopped with an error before testing anything." in flat
+    assert "confirmation k/n" not in out and "baseline 0/0" not in out  # no empty findings table
+    events = read_transcript(next(tmp_path.glob("*/transcript.jsonl")))
+    assert [e.kind for e in events] == ["run_started", "error", "run_finished"]
+    assert events[1].where == "planner llm:openai/x" and url in events[1].message
+    assert events[-1].status == "error"

@@ -1,15 +1,18 @@
 """One way to talk to a language model: litellm's ``completion`` with retries, token and cost accounting, no leaks.
 
 Rate limits, timeouts, dropped connections and server errors are retried with exponential backoff (the server's
-``Retry-After`` is honoured, capped); other API errors (a bad key, an unknown model, a bad request) are not worth
-retrying and raise ``LLMError`` at once. The API key is read from an environment variable, never from the command
+``Retry-After`` is honoured, capped); a server that cannot be reached at all (connection refused, unknown host) and
+other API errors (a bad key, an unknown model, a bad request) are not worth retrying and raise ``LLMError`` at once,
+the unreachable one naming the URL. The API key is read from an environment variable, never from the command
 line, and is registered with the redactor so neither transcripts nor log lines can carry it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import socket
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
@@ -138,6 +141,29 @@ def _cost(response: Any) -> float | None:
     return float(cost) if cost is not None else None
 
 
+def _unreachable(error: BaseException) -> tuple[str, str | None] | None:
+    """(why, URL) when ``error`` arose because no connection could be opened at all (refused, unknown host,
+    unreachable network), else None. litellm reports a refused connection as a 500 "Connection error."; the cause
+    chain holds the transport's own error and the URL it tried."""
+    seen: set[int] = set()
+    x: BaseException | None = error
+    why: str | None = None
+    url: str | None = None
+    while x is not None and id(x) not in seen:
+        seen.add(id(x))
+        if url is None and type(x).__module__.split(".")[0] == "httpx":
+            with contextlib.suppress(AttributeError, RuntimeError):  # httpx raises RuntimeError when no request is set
+                url = str(x.request.url)  # type: ignore[attr-defined]
+        if isinstance(x, ConnectionRefusedError):
+            why = "connection refused"
+        elif isinstance(x, socket.gaierror):
+            why = f"unknown host ({x})"
+        elif why is None and type(x).__name__ == "ConnectError":  # httpx's and httpcore's: no connection opened
+            why = str(x) or "no connection"
+        x = x.__cause__ or x.__context__
+    return (why, url) if why is not None else None
+
+
 def _retry_after(error: Exception) -> float | None:
     headers = getattr(error, "litellm_response_headers", None) or {}
     value = headers.get("retry-after") if hasattr(headers, "get") else None
@@ -230,6 +256,12 @@ class LLMClient:
                         f"cap; last: {type(e).__name__}: {e}")) from None
                 log.warning("%s: timed out after %g s; retrying once", self.config.model, self.config.timeout_s)
             except retryable as e:
+                unreachable = _unreachable(e)
+                if unreachable is not None:  # nobody listens there: retrying with backoff only delays the news
+                    why, tried = unreachable
+                    where = self.config.api_base or tried or f"the server of {self.config.model}"
+                    hint = "; is the server running, and is --api-base right?" if self.config.api_base else ""
+                    raise LLMError(mask_string(f"cannot reach {where} ({self.config.model}): {why}{hint}")) from None
                 if attempt > self.config.retries:
                     raise LLMError(mask_string(f"{self.config.model} failed {attempt} times; last: "
                                                f"{type(e).__name__}: {e}")) from None

@@ -55,7 +55,9 @@ def run(args: argparse.Namespace) -> int:
     config = run_config(args)
 
     from rich.console import Console
+    from rich.text import Text
 
+    from sleuth.agent.events import ErrorEvent
     from sleuth.agent.session import Session, new_run_dir
     from sleuth.agent.terminal.progress import ProgressBars
     from sleuth.agent.terminal.render import render_event
@@ -81,6 +83,8 @@ def run(args: argparse.Namespace) -> int:
             if renderable is not None:
                 bars.print(renderable)
         session.subscribers.append(show)
+    errors: list[str] = []
+    session.subscribers.append(lambda e: errors.append(e.message) if isinstance(e, ErrorEvent) else None)
     t0 = time.perf_counter()
     with bars:
         result = session.run(planner)
@@ -89,6 +93,11 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         json.dump(out, sys.stdout, indent=2)
         sys.stdout.write("\n")
+    elif result.status == "error" and not session.investigation.tests:
+        # Nothing was measured (e.g. the LLM server cannot be reached): the reason, not an empty findings table.
+        if args.quiet and errors:
+            console.print(Text(f"error: {errors[-1]}", style="bold red"))
+        console.print(Text("The run stopped with an error before testing anything.", style="red"))
     else:
         console.print(findings_table(session.investigation))
         console.print(f"{out['images']} images, {seconds:.1f} s. Transcript: {session.transcript}", markup=False)
