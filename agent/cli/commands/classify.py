@@ -86,15 +86,17 @@ def run(args: argparse.Namespace) -> int:
         return 0
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
-    table = Table(title=f"{clf.id}")
+    table = Table(title=Text(clf.id))
     table.add_column("image")
     table.add_column("rank", justify="right")
     table.add_column("label")
     table.add_column("prob", justify="right")
     for item in out["images"]:
         for r, t in enumerate(item["top"], 1):
-            table.add_row(item["path"] if r == 1 else "", str(r), t["label"], f"{t['prob']:.3f}")
+            # Text, not markup: a path or label with [brackets] prints as it is.
+            table.add_row(Text(item["path"] if r == 1 else ""), str(r), Text(t["label"]), f"{t['prob']:.3f}")
         table.add_section()
     Console().print(table)
     return 0
