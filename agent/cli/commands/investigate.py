@@ -50,16 +50,15 @@ def summary(session: Any, result: Any, seconds: float) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
     from sleuth.agent.session import Session, new_run_dir
     from sleuth.agent.terminal.progress import ProgressBars
     from sleuth.agent.terminal.render import render_event
+    from sleuth.agent.terminal.tables import console as make_console
     from sleuth.agent.terminal.tables import findings_table
     from sleuth.tools.registry import ToolError
 
     config = run_config(args)
-    console = Console(stderr=args.json)
+    console = make_console(stderr=args.json)
     bars = ProgressBars(console, enabled=not args.json and console.is_terminal)
     with bars:
         backends = build_backends(config.backends, progress=bars.update)
@@ -88,6 +87,6 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
     else:
         console.print(findings_table(session.investigation))
-        console.print(f"{out['images']} images, {seconds:.1f} s. Transcript: {session.transcript}")
-        console.print(f"Replay it with: sleuth replay {session.transcript}")
+        console.print(f"{out['images']} images, {seconds:.1f} s. Transcript: {session.transcript}", markup=False)
+        console.print(f"Replay it with: sleuth replay {session.transcript}", markup=False)
     return 0 if result.status in ("completed", "budget_spent") else 1
