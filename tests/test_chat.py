@@ -202,7 +202,7 @@ def test_typing_into_chat_without_an_llm(tmp_path):
     child.expect_exact(STOPPED)
     child.expect_exact(PROMPT)
     child.sendline("/findings")
-    child.expect("hypotheses")
+    child.expect("no confirmed finding")
     child.expect_exact(PROMPT)
     child.sendline("/quit")
     child.expect("Replay it with: sleuth replay")
