@@ -12,9 +12,9 @@ $(STAMP): requirements.lock pyproject.toml
 	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 
-## demo: an investigation of the toyworld default (offline, CPU, no API key)
+## demo: an investigation of the toyworld default (offline, CPU, no API key), then its answer key
 demo: $(STAMP)
-	$(BIN)/sleuth investigate --class cat
+	$(BIN)/sleuth investigate --class cat --reveal
 
 ## test: the default test suite (offline, CPU, about 10 minutes on 2 cores)
 test: $(STAMP)

@@ -70,7 +70,7 @@ def test_a_null_audit_of_12_classes_lists_a_false_audit_significant_finding_at_m
     family = false_audit_findings(p, "family")
     rate = stats.binomial_rate(int(family.sum()), runs, method="clopper-pearson")
     assert rate.high <= ALPHA, rate
-    assert int(family.sum()) == 101  # seeded: 2.5% [2.1%, 3.1%], the numbers README states
+    assert int(family.sum()) == 101  # seeded: 2.5% [2.1%, 3.1%], the numbers docs/statistics.md states
     # The simulation can see the leak it closes: the findings each class confirmed, marked by Benjamini-Hochberg
     # over their adjusted p (each <= alpha, so all of them), give a false audit-significant finding far more often.
     bh = false_audit_findings(p[:1000], "bh")

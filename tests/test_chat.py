@@ -279,7 +279,7 @@ def test_typing_into_chat_without_an_llm(tmp_path):
     child.expect_exact(STOPPED)
     child.expect_exact(PROMPT)
     child.sendline("/findings")
-    child.expect("hypotheses")
+    child.expect("no confirmed finding")
     child.expect_exact(PROMPT)
     child.send("\x1b[A\r")  # Up brings back the last line (not "^[[A"), Enter runs it again
     child.expect("hypotheses")

@@ -71,7 +71,7 @@ def grid() -> dict[int, list[tuple[float, float, float, float]]]:
 
 
 def test_paired_interval_coverage_from_20_to_400_pairs(grid):
-    """What README states: the least coverage by n, where it falls below 94%, and how it approaches 95%."""
+    """What docs/statistics.md states: the least coverage by n, where it falls below 94%, and how it approaches 95%."""
     least = {n: min(c for c, *_ in rows) for n, rows in grid.items()}
     assert least == pytest.approx({20: 0.9063, 30: 0.9057, 50: 0.9159, 100: 0.9298, 200: 0.9433, 400: 0.9464},
                                   abs=5e-5)

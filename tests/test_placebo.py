@@ -104,7 +104,7 @@ def test_a_caption_change_editor_no_longer_passes_a_null_attribute_as_a_cause(pa
     rejected, results = mechanism_runs(CaptionChangeEditor(), runs, pairs)
     rate = stats.binomial_rate(rejected, runs, method="clopper-pearson")
     assert rate.high <= ALPHA, rate  # 9/400 = 2.2% [1.0%, 4.2%] at 20 pairs, 11/400 = 2.8% [1.4%, 4.9%] at 100
-    assert rejected == placebo  # the runs are seeded: the numbers README states
+    assert rejected == placebo  # the runs are seeded: the numbers docs/statistics.md states
     # The result says which control it used, and the placebo arm shows the editor's damage beside the test.
     r = results[0]
     assert any("control: a placebo edit" in n and "it is shown." in n for n in r.notes)

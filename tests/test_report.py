@@ -31,6 +31,7 @@ from sleuth.agent.session import Session
 from sleuth.agent.transcript import read_transcript
 from sleuth.tools import measure_rate, stats
 from sleuth.tools.artifacts import ArtifactStore
+from sleuth.tools.text import pv
 from tests.fakeworld import fake_backends, new_session
 
 CAT = "a realistic photograph of a cat"
@@ -146,10 +147,10 @@ def test_tables_hold_every_finding_and_test_with_its_numbers(protocol_run: Sessi
     events = read_transcript(protocol_run.transcript)
     assert len(dom.rows["findings"]) == sum(e.kind == "finding" for e in events) == len(inv.findings) == 1
     f = inv.findings[0]
-    row = dom.row_texts("findings")[0]
+    row = " ".join(dom.row_texts("findings")[0].split())
     d, c = f.discovery, f.confirmation
     for part in (f.caption, f"{d.hypothesis.k}/{d.hypothesis.n}", f"{d.baseline.k}/{d.baseline.n}",
-                 f"{c.hypothesis.k}/{c.hypothesis.n}", f"{d.adjusted_p:.2g}", f"{c.adjusted_p:.2g}",
+                 f"{c.hypothesis.k}/{c.hypothesis.n}", pv(d.adjusted_p), pv(c.adjusted_p),
                  f"{d.rate_ratio.ratio:.3g}"):
         assert part in row, (part, row)
     # Every measure_rate test is a row, with the p-value adjusted over the final family (as the run ends with).
@@ -331,7 +332,8 @@ WINDOW = (1280, 2600)
 PROBE = """<script>
 const rect = e => { const r = e.getBoundingClientRect();  // the content box: borders excluded
   return [r.left + e.clientLeft, r.top + e.clientTop, e.clientWidth, e.clientHeight]; };
-const out = {plots: [...document.querySelectorAll('img.plot')].map(e => [e.dataset.plot, rect(e), e.complete,
+const out = {scrollWidth: document.documentElement.scrollWidth, innerWidth: window.innerWidth,
+             plots: [...document.querySelectorAll('img.plot')].map(e => [e.dataset.plot, rect(e), e.complete,
              e.naturalWidth]), rows: [...document.querySelectorAll('table.findings tbody tr')].map(rect)};
 const pre = document.createElement('pre'); pre.id = 'layout'; pre.style.display = 'none';
 pre.textContent = JSON.stringify(out); document.body.appendChild(pre);
@@ -345,10 +347,11 @@ def chromium() -> str | None:
     return next((p for p in map(shutil.which, BROWSERS) if p), None)
 
 
-def _browse(binary: str, profile: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def _browse(binary: str, profile: Path, *args: str,
+            window: tuple[int, int] = WINDOW) -> subprocess.CompletedProcess[str]:
     flags = ["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--force-device-scale-factor=1",
              "--no-first-run", "--disable-extensions", f"--user-data-dir={profile}",
-             f"--window-size={WINDOW[0]},{WINDOW[1]}"]
+             f"--window-size={window[0]},{window[1]}"]
     return subprocess.run([binary, *flags, *args], capture_output=True, text=True, timeout=120, check=False)
 
 
@@ -389,3 +392,24 @@ def test_report_renders_in_headless_chromium(protocol_run: Session, tmp_path: Pa
         assert np.corrcoef(region.ravel(), expected.ravel())[0, 1] > 0.9, kind
     for x, y, w, h in layout["rows"]:
         assert page[round(y):round(y + h), round(x):round(x + w)].std() > 10  # the row's text was painted
+
+
+@pytest.mark.parametrize("width", [800, 1400])
+def test_report_does_not_scroll_sideways(protocol_run: Session, hostile_run: Session, tmp_path: Path,
+                                         width: int) -> None:
+    """Wide tables scroll inside their own box; the page itself never scrolls sideways."""
+    binary = chromium()
+    if binary is None:
+        if os.environ.get("SLEUTH_REQUIRE_CHROMIUM"):
+            pytest.fail("SLEUTH_REQUIRE_CHROMIUM is set but no chromium binary was found")
+        pytest.skip("no chromium on PATH (Debian: apt-get install chromium; or set SLEUTH_CHROMIUM)")
+    for i, run in enumerate((protocol_run, hostile_run)):
+        report = write_report(run.run_dir, tmp_path / f"report{i}.html")
+        probe = tmp_path / f"probe{i}.html"
+        probe.write_text(report.read_text().replace("</body>", PROBE + "</body>"))
+        dumped = _browse(binary, tmp_path / f"profile-{i}", "--dump-dom", probe.as_uri(), window=(width, 1200))
+        assert dumped.returncode == 0, dumped.stderr[-2000:]
+        start = dumped.stdout.index('<pre id="layout"')
+        layout = json.loads(Dom(dumped.stdout[start:dumped.stdout.index("</pre>", start) + 6]).text[0])
+        assert layout["innerWidth"] == width
+        assert layout["scrollWidth"] <= width, (run.run_dir.name, layout["scrollWidth"])

@@ -67,6 +67,8 @@ class ImageGroup(BaseModel):
     title: str
     detail: str = ""
     refs: list[str]
+    prompt: str = Field("", description="The prompt the images were generated from ('' for a cluster of failures).")
+    failures: bool = Field(True, description="Whether the images are failures.")
 
 
 class Budget(BaseModel):
@@ -270,9 +272,10 @@ def _groups(samples: list[generate_and_classify.Result],
         if s.failure_images:
             out.append(ImageGroup(title=f"Failures of '{s.summary.prompt}'",
                                   detail=f"{f.k}/{f.n} failed; top confusions: {top or 'none'}",
-                                  refs=s.failure_images))
+                                  refs=s.failure_images, prompt=s.summary.prompt))
         if s.success_images:
-            out.append(ImageGroup(title=f"Correctly classified: '{s.summary.prompt}'", refs=s.success_images))
+            out.append(ImageGroup(title=f"Correctly classified: '{s.summary.prompt}'", refs=s.success_images,
+                                  prompt=s.summary.prompt, failures=False))
     for _, c in clusters:
         for h in c.hypotheses:
             out.append(ImageGroup(title=h.caption, detail=f"cluster of {h.n_images} failures predicted "

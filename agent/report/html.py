@@ -18,9 +18,12 @@ from sleuth.agent.mitigate import MitigationResult
 from sleuth.agent.report.data import HypothesisTest, PairSet, RunReport
 from sleuth.agent.report.images import ImageEmbedder, png_uri
 from sleuth.agent.report.plots import ConfusionPanel, confusion_bars, forest_plot, short_caption
+from sleuth.agent.report.summary import CSS as SUMMARY_CSS
+from sleuth.agent.report.summary import conclusion, finding_groups, summary_block
 from sleuth.agent.report.tree import TreeNode
 from sleuth.tools import stats
 from sleuth.tools.investigation import normalise_caption
+from sleuth.tools.text import pv
 
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,"DejaVu Sans",sans-serif;margin:0 auto;max-width:1240px;padding:16px 24px;
@@ -43,10 +46,13 @@ ul.tree,ul.tree ul{list-style:none;padding-left:18px;margin:2px 0}ul.tree{paddin
 ul.tree li{margin:2px 0}.rel{color:#666;font-size:12px}.badge{display:inline-block;font-size:11px;padding:0 4px;
 border-radius:3px;background:#eee;margin-left:4px}.badge.finding{background:#c0392b;color:#fff}
 .missing{display:inline-block;width:96px;height:96px;background:#f6e0e0;font-size:11px;text-align:center}
-dl.meta{display:grid;grid-template-columns:max-content auto;gap:2px 12px;font-size:12.5px;margin:6px 0}
-dl.meta dt{color:#555}dl.meta dd{margin:0}nav a{margin-right:12px}
+dl.meta{display:grid;grid-template-columns:max-content minmax(0,1fr);gap:2px 12px;font-size:12.5px;margin:6px 0}
+dl.meta dt{color:#555}dl.meta dd{margin:0;overflow-wrap:anywhere}nav a{margin-right:12px}
+.scroll{overflow-x:auto;max-width:100%}h3,h4,.pair,td.cap,li{overflow-wrap:anywhere}
+details.images>summary{cursor:pointer;font-size:12.5px}
+@media (max-width:900px){body{padding:8px 10px}th.cap,td.cap{min-width:150px}.summary .cap{min-width:120px}}
 details{margin:6px 0}pre.reason{white-space:pre-wrap;font-size:12px;background:#f7f7f7;padding:6px;margin:4px 0}
-"""
+""" + SUMMARY_CSS
 
 THUMB = 96  # displayed size of the longest side of a grid image, in CSS pixels
 PAIR = 104
@@ -70,7 +76,7 @@ def fmt_ratio(rr: stats.RatioCI | None) -> str:
 
 
 def fmt_p(p: float) -> str:
-    return f"{p:.2g}"
+    return pv(p)
 
 
 def _img(emb: ImageEmbedder, ref: str, side: int, title: str = "") -> str:
@@ -105,7 +111,7 @@ def _budget(run: RunReport) -> str:
     if b.cost_usd is not None:
         rows.append(("LLM cost", f"${b.cost_usd:.4f}"))
     body = "".join(f"<tr><th>{esc(k)}</th><td class='num'>{esc(v)}</td></tr>" for k, v in rows)
-    return f'<table class="budget">{body}</table>'
+    return f'<div class="scroll"><table class="budget">{body}</table></div>'
 
 
 def _vs(h: stats.Rate, b: stats.Rate) -> str:
@@ -131,9 +137,10 @@ def _findings(run: RunReport, rid: str) -> str:
             f"<td class='num'>{_vs(c.hypothesis, c.baseline)}</td><td class='num'>{fmt_ratio(c.rate_ratio)}</td>"
             f"<td class='num'>{fmt_p(c.p_value)}<br>{fmt_p(c.adjusted_p)}</td>"
             f"<td class='num'>{cf_text}</td><td>{'yes' if f.confirmed else 'no'}</td></tr>")
-    return (f'<table class="findings" id="{rid}-findings"><thead>{head}</thead><tbody>{"".join(rows)}</tbody>'
-            "</table><p class='small muted'>p: one-sided exact test (counterfactual: exact McNemar on the edited "
-            "pairs); adj. p: adjusted within the discovery or the confirmation family as it stood when the finding "
+    return (f'<div class="scroll"><table class="findings" id="{rid}-findings"><thead>{head}</thead>'
+            f'<tbody>{"".join(rows)}</tbody></table></div>'
+            "<p class='small muted'>p: one-sided exact test (counterfactual: exact McNemar on the edited pairs); "
+            "adj. p: adjusted within the discovery or the confirmation family as it stood when the finding "
             "was recorded.</p>")
 
 
@@ -157,7 +164,8 @@ def _tests(run: RunReport, rid: str) -> str:
             f"<td class='verdict-{esc(t.verdict.replace(' ', '-'))}'>{esc(t.verdict)}</td>"
             f"<td>{esc(t.finding_id or '')}</td></tr>")
     methods = sorted({t.adjust_method for t in run.tests})
-    return (f'<table class="tests" id="{rid}-tests"><thead>{head}</thead><tbody>{"".join(rows)}</tbody></table>'
+    return (f'<div class="scroll"><table class="tests" id="{rid}-tests"><thead>{head}</thead>'
+            f'<tbody>{"".join(rows)}</tbody></table></div>'
             f"<p class='small muted'>adj. p: {esc(', '.join(methods))} over every test of the same seeds family "
             "(discovery or confirmation) in the run, recomputed after its last test.</p>")
 
@@ -195,10 +203,11 @@ def _pairs(pairs: list[PairSet], emb: ImageEmbedder) -> str:
             cards.append(f"<div class='pair'><div class='imgs'>{_img(emb, f.original, PAIR, 'before')}"
                          f"{_img(emb, f.edited, PAIR, 'after')}</div>before: {preds(f.before, f.failed_before)}"
                          f"<br>after: {preds(f.after, f.failed_after)}</div>")
-        out.append(f"<h3>{esc(p.source)}: {esc(p.before_caption)} → {esc(p.after_caption)}</h3>"
+        out.append(f"<details class='images'><summary>{esc(p.source)}: {esc(p.before_caption)} → "
+                   f"{esc(p.after_caption)} <span class='muted'>({len(p.flips)} pairs)</span></summary>"
                    f"<p class='small'>{esc(stat)}{'; ' if stat and p.note else ''}{esc(p.note)}"
                    f"{'' if p.flips else ' (no image changed its outcome)'}</p>"
-                   f"<div class='pairs'>{''.join(cards)}</div>")
+                   f"<div class='pairs'>{''.join(cards)}</div></details>")
     return "".join(out) or "<p class='muted'>No counterfactual edits in this run.</p>"
 
 
@@ -214,9 +223,35 @@ def confusion_panels(run: RunReport, most: int = 9) -> list[ConfusionPanel]:
     if not chosen:
         chosen = sorted([t for t in samples if t.verdict == "supported"], key=lambda t: t.adjusted_p)[:3]
     return [ConfusionPanel(title=f"{t.finding_id + ': ' if t.finding_id else ''}"
-                                 f"{short_caption(t.caption, run.class_prompt, 60)} ({t.purpose})",
+                                 f"{short_caption(t.caption, run.class_prompt, 80)} ({t.purpose})",
                            label=run.label, baseline=run.baseline, hypothesis=t.summary)
             for t in chosen[:most] if t.summary is not None]
+
+
+def _grid(emb: ImageEmbedder, title: str, detail: str, refs: list[str], *, open_: bool = False) -> str:
+    imgs = "".join(_img(emb, r, THUMB) for r in refs)
+    return (f"<details class='images'{' open' if open_ else ''}><summary>{esc(title)} <span class='muted'>"
+            f"{esc(detail)} ({len(refs)} image{'s' * (len(refs) != 1)})</span></summary>"
+            f"<div class='grid'>{imgs}</div></details>")
+
+
+def _image_groups(run: RunReport, emb: ImageEmbedder) -> str:
+    """Image grids, collapsed: each confirmed finding's images under it first, then every other group."""
+    out = []
+    shown: set[int] = set()
+    for f in run.findings:
+        mine = [i for i, g in enumerate(run.groups) if i not in shown and any(g is x for x in finding_groups(run, f))]
+        if mine:
+            shown.update(mine)
+            inner = "".join(_grid(emb, run.groups[i].title, run.groups[i].detail, run.groups[i].refs)
+                            for i in mine)
+            out.append(f"<h4 class='small'>{esc(f.finding_id)}: {esc(short_caption(f.caption, run.class_prompt, 90))}"
+                       f"</h4>{inner}")
+    rest = [g for i, g in enumerate(run.groups) if i not in shown]
+    if rest:
+        out.append("<h4 class='small'>Other samples and clusters of failures</h4>"
+                   + "".join(_grid(emb, g.title, g.detail, g.refs) for g in rest))
+    return "".join(out) or "<p class='muted'>No images were stored.</p>"
 
 
 def render_run(run: RunReport, rid: str, *, heading: str = "h2") -> str:
@@ -231,25 +266,23 @@ def render_run(run: RunReport, rid: str, *, heading: str = "h2") -> str:
              "<dl class='meta'>" + "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in meta.items()) + "</dl>",
              "<details><summary class='small'>backends and configuration</summary><dl class='meta'>"
              + "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in config.items()) + "</dl></details>"]
+    parts += ["<h3>Confirmed findings at a glance</h3>", summary_block(run, emb, rid)]
     if run.answer:
-        parts.append(f"<p><b>Conclusion.</b> {esc(run.answer)}</p>")
-    parts += ["<h3>Budget spent</h3>", _budget(run), "<h3>Findings</h3>", _findings(run, rid)]
+        parts.append(conclusion(run.answer))
+    parts += ["<h3>Findings: every number</h3>", _findings(run, rid)]
     parts.append(_plot(forest_plot(run.tests, run.class_prompt), "forest",
                        "Rate ratio of each caption tested on discovery seeds (circle, coloured by verdict), its "
                        "confirmation on fresh seeds (diamond) and counterfactual edits (square); findings in bold. "
                        "An arrow at the edge is an infinite ratio (no baseline failure) or a zero one."))
     parts.append(_plot(confusion_bars(confusion_panels(run)), "confusion",
                        "Top-1 labels given to images of the class prompt (grey) and of the hypothesis (red), "
-                       "as in Wiles et al.'s Figure 2."))
-    parts += ["<h3>Every hypothesis tested</h3>", _tests(run, rid), "<h3>How hypotheses were found and refined</h3>",
+                       "as in Wiles et al.'s Figure 2; findings from their confirmation sample."))
+    parts += ["<h3>Counterfactual pairs</h3>", _pairs(run.pairs, emb),
+              "<h3>Budget spent</h3>", _budget(run),
+              "<h3>Every hypothesis tested</h3>", _tests(run, rid), "<h3>How hypotheses were found and refined</h3>",
               "<ul class='tree'>" + "".join(_tree_node(n, tests) for n in run.tree) + "</ul>"
               if run.tree else "<p class='muted'>No hypotheses.</p>"]
-    parts.append("<h3>Failure images</h3>")
-    for g in run.groups:
-        imgs = "".join(_img(emb, r, THUMB) for r in g.refs)
-        parts.append(f"<h4 class='small'>{esc(g.title)} <span class='muted'>{esc(g.detail)}</span></h4>"
-                     f"<div class='grid'>{imgs}</div>")
-    parts += ["<h3>Counterfactual pairs</h3>", _pairs(run.pairs, emb)]
+    parts += ["<h3>Failure images</h3>", _image_groups(run, emb)]
     if run.reasoning:
         steps = "".join(f"<pre class='reason'>{i + 1}. {esc(r)}</pre>" for i, r in enumerate(run.reasoning))
         parts.append(f"<details><summary>The planner's reasoning ({len(run.reasoning)} turns)</summary>{steps}"
@@ -296,9 +329,9 @@ def render_mitigation(m: MitigationResult, mid: str) -> str:
             "after: rates are paired. <i>p better</i>: exact one-sided McNemar test that the rate fell, Holm over the "
             "mitigated findings; <i>p worse</i>: that it rose, Holm over every measurement. A finding is "
             "<i>mitigated</i> when it improved significantly and accuracy is non-inferior.</p>"
-            "<table><thead><tr><th>finding</th><th class='cap'>caption</th><th>trained on</th><th>before</th>"
-            "<th>after</th><th>after / before</th><th>adj. p better</th><th>adj. p worse</th><th>verdict</th></tr>"
-            f"</thead><tbody>{''.join(rows)}</tbody></table>"
+            "<div class='scroll'><table><thead><tr><th>finding</th><th class='cap'>caption</th><th>trained on</th>"
+            "<th>before</th><th>after</th><th>after / before</th><th>adj. p better</th><th>adj. p worse</th>"
+            f"<th>verdict</th></tr></thead><tbody>{''.join(rows)}</tbody></table></div>"
             f"<p>Top-1 accuracy over {m.accuracy.classes} classes ({m.accuracy.n_per_class} fresh images each): "
             f"{100 * ci.before.rate:.2f}% → {100 * ci.after.rate:.2f}%, difference {100 * ci.difference:+.2f} points, "
             f"one-sided {100 * (1 - acc.alpha):.0f}% lower bound {100 * ci.low:+.2f} (Newcombe, paired): "
@@ -316,8 +349,9 @@ def render_audit(summary: dict[str, Any]) -> str:
         f"<td class='cap'>{esc(f['caption'])}</td><td class='num'>{fmt_p(f['confirmation']['adjusted_p'])}</td>"
         f"<td class='num'>{fmt_p(f['audit_p'])}</td><td>{'yes' if f.get('audit_significant') else 'no'}</td></tr>"
         for f in summary.get("findings", []) if "audit_p" in f)
-    table = ("<table class='audit'><thead><tr><th>class</th><th class='cap'>caption</th><th>adj. p (class)</th>"
-             f"<th>audit p</th><th>audit-significant</th></tr></thead><tbody>{rows}</tbody></table>" if rows
+    table = ("<div class='scroll'><table class='audit'><thead><tr><th>class</th><th class='cap'>caption</th>"
+             "<th>adj. p (class)</th><th>audit p</th><th>audit-significant</th></tr></thead>"
+             f"<tbody>{rows}</tbody></table></div>" if rows
              else "<p class='muted'>No finding was confirmed in any class.</p>")
     return ("<section id='audit'><h2>Across the audit's classes</h2>"
             f"<p>Controlled: {esc(control['error'])} error at {control['level']:g}, over {esc(control['family'])} "
@@ -337,8 +371,9 @@ def render_report(runs: list[RunReport], title: str | None = None,
             f"<td>{esc(r.status)}</td><td class='num'>{len(r.findings)}</td>"
             f"<td class='num'>{sum(t.purpose == 'discovery' for t in r.tests)}</td>"
             f"<td class='num'>{r.budget.images_used:,}</td></tr>" for i, r in enumerate(runs))
-        body.append("<table class='overview'><thead><tr><th>class</th><th>run</th><th>status</th><th>findings</th>"
-                    f"<th>discovery tests</th><th>images</th></tr></thead><tbody>{rows}</tbody></table>")
+        body.append("<div class='scroll'><table class='overview'><thead><tr><th>class</th><th>run</th><th>status</th>"
+                    f"<th>findings</th><th>discovery tests</th><th>images</th></tr></thead><tbody>{rows}</tbody>"
+                    "</table></div>")
     if audit is not None:
         body.append(render_audit(audit))
     body += [render_run(r, f"r{i}") for i, r in enumerate(runs)]

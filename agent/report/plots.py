@@ -27,13 +27,37 @@ def plain(text: str) -> str:
     return text.replace("\\", "\\\\").replace("$", r"\$")
 
 
+def _word(w: str) -> str:
+    return w.lower().strip(".,;:!?'\"")
+
+
 def short_caption(caption: str, class_prompt: str | None, width: int = 58) -> str:
-    """The caption without the class prompt it extends ('… it is in the snow.'), shortened to ``width``."""
+    """The words of ``caption`` that differ from the class prompt, within ``width`` characters.
+
+    The class prompt's words are elided but its last (the class name, for context): "a realistic photograph of a fly
+    in a swamp" reads "…fly in a swamp", "… . it is in the snow." reads "…cat. it is in the snow.". A caption still
+    too long keeps its first and last words, eliding the middle: the differing words usually come last.
+    """
+    words = caption.split()
     if class_prompt:
-        cp = class_prompt.strip().rstrip(".")
-        if normalise_caption(caption).startswith(normalise_caption(cp) + " .") and len(caption) > len(cp) + 1:
-            caption = "… " + caption[len(cp) + 1:].strip()
-    return textwrap.shorten(caption, width=width, placeholder=" …")
+        prompt = class_prompt.split()
+        n = 0
+        while n < min(len(words), len(prompt)) and _word(words[n]) == _word(prompt[n]):
+            n += 1
+        if n >= 2 and n < len(words):
+            words = ["…" + words[n - 1], *words[n:]]
+    text = " ".join(words)
+    if len(text) <= width:
+        return text
+    head: list[str] = []
+    tail: list[str] = []
+    room = width - 2  # " …" between the halves
+    for i in range(len(words)):
+        w = words[-1 - i // 2] if i % 2 == 0 else words[i // 2]
+        if len(" ".join([*head, *tail])) + len(w) + 1 > room:
+            break
+        (tail.insert(0, w) if i % 2 == 0 else head.append(w))
+    return " ".join([*head, "…", *tail]) if head else "… " + " ".join(tail)
 
 
 def _png(fig: object) -> bytes:
@@ -192,7 +216,7 @@ def confusion_bars(panels: list[ConfusionPanel], max_labels: int = 6) -> bytes |
         ax.set_xlim(0, 100)
         ax.set_xlabel("% of images (top-1 label)", fontsize=8)
         ax.tick_params(axis="x", labelsize=7)
-        ax.set_title(plain(textwrap.shorten(p.title, width=48, placeholder=" …")), fontsize=8)
+        ax.set_title(plain("\n".join(textwrap.wrap(p.title, width=52)[:2])), fontsize=8)
         ax.legend(fontsize=6.5, loc="lower right")
     fig.tight_layout()  # type: ignore[attr-defined]
     return _png(fig)

@@ -1,18 +1,35 @@
-"""The findings table: confirmed findings first, then the other supported hypotheses; the rest are counted."""
+"""The findings tables: confirmed findings in one table, every other test in a second; the rest are counted.
+
+Confirmed findings show their confirmation on fresh seeds (the effect corrected for selection where the
+confirmation gives one), its adjusted p and whether counterfactual edits of the attribute caused failures: one row
+per finding. Model-written text goes into ``Text`` cells, never through rich's markup.
+"""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from rich.console import Group, RenderableType
+from rich import box
+from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
 from sleuth.tools import stats
-from sleuth.tools.investigation import Investigation, normalise_caption
+from sleuth.tools.findings import Finding
+from sleuth.tools.investigation import Investigation, Test
+from sleuth.tools.text import num, pv
 
 if TYPE_CHECKING:
     from sleuth.agent.mitigate import MitigationResult
+
+WIDTH = 120
+"""Columns of the output when it is not a terminal (a pipe, a file): wide enough that no table splits a word."""
+
+
+def console(*, stderr: bool = False) -> Console:
+    """The terminal's console; a fixed ``WIDTH`` when the output is a pipe or a file, so lines never wrap there."""
+    c = Console(stderr=stderr, highlight=False)
+    return c if c.is_terminal else Console(stderr=stderr, highlight=False, width=WIDTH)
 
 
 def _rate(k: int, n: int) -> str:
@@ -20,7 +37,11 @@ def _rate(k: int, n: int) -> str:
     return f"{k}/{n} [{100 * r.low:.1f}–{100 * r.high:.1f}%]"
 
 
-def _short(caption: str, class_prompt: str) -> str:
+def _ratio(r: stats.RatioCI | None) -> str:
+    return "n/a" if r is None else f"{num(r.ratio)}× [{num(r.low)}, {num(r.high)}]"
+
+
+def short(caption: str, class_prompt: str) -> str:
     """The caption with the class prompt elided: the words that make the hypothesis stand out."""
     if caption.lower().startswith(class_prompt.lower()):
         rest = caption[len(class_prompt):].lstrip(". ").strip()
@@ -33,38 +54,90 @@ def _baseline(inv: Investigation) -> tuple[int, int]:
     return (b.k, b.n) if b is not None else (0, 0)
 
 
-def findings_table(inv: Investigation, *, show_all: bool = False) -> RenderableType:
-    findings = {normalise_caption(f.caption): f for f in inv.findings}
-    tests = [t for t in inv.tests if t.purpose == "discovery"]
-    shown = [t for t in tests if show_all or t.verdict == "supported" or normalise_caption(t.caption) in findings]
-    shown.sort(key=lambda t: (normalise_caption(t.caption) not in findings, t.kind != "rate", t.adjusted_p))
-    table = Table(title=f"{inv.label}: baseline {_rate(*_baseline(inv))} — {len(inv.findings)} confirmed finding(s); "
-                        f"p {inv.adjust_method}-adjusted over {len(tests)} hypotheses",
-                  title_justify="left")
-    table.add_column("hypothesis", ratio=3, overflow="fold")
-    for col in ("failures k/n [95% CI]", "rate ratio [95% CI]", "adj. p", "confirmation k/n"):
-        table.add_column(col)
-    for t in shown:
-        rr = stats.rate_ratio(t.k1, t.n1, t.k0, t.n0)
-        kind = " (counterfactual edits)" if t.kind == "counterfactual" else ""
-        f = findings.get(normalise_caption(t.caption)) if t.kind == "rate" else None
-        conf = ""
-        if f is not None:
-            c = f.confirmation.hypothesis
-            conf = f"{c.k}/{c.n} ✓"
-        table.add_row(_short(t.caption, inv.class_prompt) + kind, _rate(t.k1, t.n1),
-                      f"{rr.ratio:.3g}× [{rr.low:.3g}, {rr.high:.3g}]", f"{t.adjusted_p:.2g}", conf,
-                      style="bold" if f is not None else None)
-    rest = len(tests) - len(shown)
-    if rest and not show_all:
-        return Group(table, Text(f"{rest} other hypotheses were not supported (see the transcript).", style="dim"))
+def _test(inv: Investigation, tid: str) -> Test | None:
+    return next((t for t in inv.tests if t.id == tid), None)
+
+
+def counterfactual_verdict(inv: Investigation, f: Finding) -> str:
+    """Did editing the attribute into images cause failures (exact McNemar against control edits)?"""
+    cf = f.counterfactual
+    if cf is None:
+        return "not tested"
+    t = _test(inv, cf.test_id)
+    verdict = t.verdict if t is not None and t.verdict else ("supported" if cf.adjusted_p < inv.alpha
+                                                             else "not supported")
+    return f"{verdict}, p {pv(cf.adjusted_p)}"
+
+
+def _table(title: str) -> Table:
+    # No vertical rules: the numbers keep their room, and a pipe gets plain aligned columns.
+    return Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+
+
+def confirmed_table(inv: Investigation) -> RenderableType:
+    """One row per confirmed finding: caption, confirmation counts, ratio with interval, adjusted p, edits."""
+    findings = [f for f in inv.findings if f.confirmed]
+    if not findings:
+        return Text(f"{inv.label}: no confirmed finding (class baseline {_rate(*_baseline(inv))}).", style="bold")
+    table = _table(f"{inv.label}: {len(findings)} confirmed finding{'s' * (len(findings) != 1)} "
+                   f"(class baseline {_rate(*_baseline(inv))})")
+    table.add_column("id", no_wrap=True)
+    table.add_column("finding", ratio=1, overflow="fold", min_width=24)
+    table.add_column("confirmation k/n", no_wrap=True)
+    table.add_column("ratio [95% CI]")
+    table.add_column("adj. p", no_wrap=True, justify="right")
+    table.add_column("counterfactual edits")
+    for f in findings:
+        c = f.confirmation
+        table.add_row(f.finding_id, Text(short(f.caption, inv.class_prompt)),
+                      f"{c.hypothesis.k}/{c.hypothesis.n} vs {c.baseline.k}/{c.baseline.n}",
+                      _ratio(c.effect or c.rate_ratio), pv(c.adjusted_p), counterfactual_verdict(inv, f))
+    table.caption = (f"Confirmation on fresh seeds; ratio: failure-rate ratio to the class, corrected for selection "
+                     f"where the confirmation gives it; adj. p: over {inv.max_confirmations} declared confirmation "
+                     "attempts; counterfactual edits: exact McNemar against control edits.")
+    table.caption_justify = "left"
     return table
 
 
-def _p(p: float | None) -> str:
-    if p is None:
-        return "–"
-    return "< 1e-6" if p < 1e-6 else f"{p:.2g}"
+def _kind(t: Test) -> str:
+    if t.kind == "counterfactual":
+        return "edits"
+    return "confirm" if t.purpose == "confirmation" else "discover"
+
+
+def other_tests_table(inv: Investigation, *, show_all: bool = False) -> RenderableType | None:
+    """Every test not behind a confirmed finding: supported and inconclusive ones (all with ``show_all``)."""
+    used = {e.test_id for f in inv.findings if f.confirmed
+            for e in (f.discovery, f.confirmation, f.counterfactual) if e is not None}
+    rest = [t for t in inv.tests if t.id not in used]
+    shown = [t for t in rest if show_all or t.verdict in ("supported", "inconclusive")]
+    shown.sort(key=lambda t: (t.verdict != "supported", t.adjusted_p))
+    hidden = len(rest) - len(shown)
+    note = Text(f"{hidden} other test{'s' * (hidden != 1)} not supported (see the transcript).", style="dim")
+    if not shown:
+        return note if hidden else None
+    table = _table(f"Other tests ({len(shown)}{f' of {len(rest)}' if hidden else ''}): not confirmed findings")
+    table.add_column("test", no_wrap=True)
+    table.add_column("kind", no_wrap=True)
+    table.add_column("hypothesis", ratio=1, overflow="fold", min_width=24)
+    table.add_column("failures k/n [95% CI]")
+    table.add_column("ratio [95% CI]")
+    table.add_column("adj. p", no_wrap=True, justify="right")
+    table.add_column("verdict")
+    for t in shown:
+        table.add_row(t.id, _kind(t), Text(short(t.caption, inv.class_prompt)), _rate(t.k1, t.n1),
+                      _ratio(stats.rate_ratio(t.k1, t.n1, t.k0, t.n0)), pv(t.adjusted_p), t.verdict)
+    table.caption = (f"p {inv.adjust_method}-adjusted within its family (discovery: "
+                     f"{sum(t.purpose == 'discovery' for t in inv.tests)} tests, confirmation attempts at "
+                     f"alpha/{inv.max_confirmations}); ratios of discovery tests are selected, so biased upwards.")
+    table.caption_justify = "left"
+    return Group(table, note) if hidden else table
+
+
+def findings_table(inv: Investigation, *, show_all: bool = False) -> RenderableType:
+    """The confirmed findings, then the other tests."""
+    other = other_tests_table(inv, show_all=show_all)
+    return Group(confirmed_table(inv), *([Text(""), other] if other is not None else []))
 
 
 def mitigation_tables(result: MitigationResult) -> list[RenderableType]:
@@ -78,13 +151,13 @@ def mitigation_tables(result: MitigationResult) -> list[RenderableType]:
     for o in result.findings:
         r = o.rates
         name = f"{o.label}:{o.finding_id}{'' if o.mitigated_here else ' (not trained on)'} {o.caption}"
-        table.add_row(name, _rate(r.before.k, r.before.n), _rate(r.after.k, r.after.n),
-                      f"{r.ratio.ratio:.2f} [{r.ratio.low:.2f}–{r.ratio.high:.2f}]", _p(r.adjusted_p_better),
-                      _p(r.adjusted_p_worse), o.verdict)
+        table.add_row(Text(name), _rate(r.before.k, r.before.n), _rate(r.after.k, r.after.n),
+                      f"{r.ratio.ratio:.2f} [{r.ratio.low:.2f}–{r.ratio.high:.2f}]", pv(r.adjusted_p_better),
+                      pv(r.adjusted_p_worse), o.verdict)
     table.add_section()
     for b in result.baselines:
-        table.add_row(f"{b.label}: class baseline", _rate(b.before.k, b.before.n), _rate(b.after.k, b.after.n),
-                      f"{b.ratio.ratio:.2f} [{b.ratio.low:.2f}–{b.ratio.high:.2f}]", "", _p(b.adjusted_p_worse),
+        table.add_row(Text(f"{b.label}: class baseline"), _rate(b.before.k, b.before.n), _rate(b.after.k, b.after.n),
+                      f"{b.ratio.ratio:.2f} [{b.ratio.low:.2f}–{b.ratio.high:.2f}]", "", pv(b.adjusted_p_worse),
                       "worse" if (b.adjusted_p_worse or 1.0) < result.config.get("alpha", 0.05) else "")
     acc = result.accuracy.test
     ci = acc.interval

@@ -16,7 +16,7 @@ well above 2x). The estimate here conditions on the selection instead:
   solved for is p1 over it. Plugging in k0 / n0 instead would keep the selection of a low baseline.
 
 Futility stops (which reject nothing) are left out of the recursion, and so is an early end for want of images; the
-coverage and bias measured with them in (tests/test_selection.py) are what the README reports.
+coverage and bias measured with them in (tests/test_selection.py) are what docs/statistics.md reports.
 """
 
 from __future__ import annotations

@@ -25,8 +25,12 @@ HELP = "Investigate one class: find failure hypotheses, test, refine, confirm, a
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.usage = "%(prog)s --class LABEL [options]"
     add_run_arguments(p)
-    p.add_argument("--json", action="store_true", help="print a JSON summary instead of the terminal report")
-    p.add_argument("--quiet", action="store_true", help="no live transcript, only the findings table")
+    p.add_argument("--json", action="store_true", help="Print a JSON summary instead of the terminal report.")
+    p.add_argument("--quiet", action="store_true", help="No live transcript, only the findings table.")
+    p.add_argument("--reveal", action="store_true",
+                   help="toyworld only: after the run, print the answer key (the class's planted bugs and decoys, "
+                        "which findings the oracle matches to them, what was missed and why). The planner never "
+                        "sees it, and it is not written to the transcript.")
     add_backend_arguments(p)
     add_planner_arguments(p)
 
@@ -50,21 +54,38 @@ def summary(session: Any, result: Any, seconds: float) -> dict[str, Any]:
     }
 
 
+def answer_key(config: Any, out: dict[str, Any]) -> dict[str, Any]:
+    """The answer key of a finished toyworld run, from its closed transcript and the world's oracle."""
+    from sleuth.agent.bench.metrics import read_events
+    from sleuth.agent.bench.reveal import answer_key as key_of
+    from sleuth.tools.backends.toyworld.config import load_world
+
+    world = load_world(config.backends.world)
+    return key_of(world, config.label, read_events(out["transcript"]),
+                  [f for f in out["findings"] if f["confirmed"]], criterion=config.criterion)
+
+
 def run(args: argparse.Namespace) -> int:
     # Flags, input files and the class are checked first: a mistake is reported before torch and the models load.
     config = run_config(args)
+    if args.reveal:
+        from sleuth.agent.bench.reveal import reveal_refusal
 
-    from rich.console import Console
+        refusal = reveal_refusal(config.backends)
+        if refusal is not None:
+            raise UsageError(refusal)
+
     from rich.text import Text
 
     from sleuth.agent.events import ErrorEvent
     from sleuth.agent.session import Session, new_run_dir
     from sleuth.agent.terminal.progress import ProgressBars
     from sleuth.agent.terminal.render import render_event
+    from sleuth.agent.terminal.tables import console as make_console
     from sleuth.agent.terminal.tables import findings_table
     from sleuth.tools.registry import ToolError
 
-    console = Console(stderr=args.json)
+    console = make_console(stderr=args.json)
     bars = ProgressBars(console, enabled=not args.json and console.is_terminal)
     with bars:
         backends = build_backends(config.backends, progress=bars.update)
@@ -90,6 +111,9 @@ def run(args: argparse.Namespace) -> int:
         result = session.run(planner)
     seconds = time.perf_counter() - t0
     out = summary(session, result, seconds)
+    key = answer_key(config, out) if args.reveal else None  # the transcript is closed: nothing reaches the planner
+    if key is not None:
+        out["answer_key"] = key
     if args.json:
         json.dump(out, sys.stdout, indent=2)
         sys.stdout.write("\n")
@@ -102,4 +126,9 @@ def run(args: argparse.Namespace) -> int:
         console.print(findings_table(session.investigation))
         console.print(f"{out['images']} images, {seconds:.1f} s. Transcript: {session.transcript}", markup=False)
         console.print(f"Replay it with: sleuth replay {session.transcript}", markup=False)
+        if key is not None:
+            from sleuth.agent.terminal.answer_key import render_answer_key
+
+            console.print()
+            console.print(render_answer_key(key))
     return 0 if result.status in ("completed", "budget_spent") else 1
