@@ -282,7 +282,7 @@ def test_typing_into_chat_without_an_llm(tmp_path):
     child.expect("no confirmed finding")
     child.expect_exact(PROMPT)
     child.send("\x1b[A\r")  # Up brings back the last line (not "^[[A"), Enter runs it again
-    child.expect("hypotheses")
+    child.expect("no confirmed finding")
     child.expect_exact(PROMPT)
     child.sendline("/quit")
     child.expect("Replay it with: sleuth replay")
