@@ -8,7 +8,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from sleuth.agent.planners import confirmations_by_budget, declared_confirmations
+from sleuth.agent.planners import anytime, confirmations_by_budget, declared_confirmations
 from sleuth.agent.planners.anytime import (
     PASSES,
     AnytimePlanner,
@@ -144,13 +144,13 @@ def test_the_declared_family_bounds_the_attempts_and_the_stop_names_it(tmp_path)
 
 
 def test_the_session_declares_the_planners_family_and_records_it(tmp_path):
-    assert confirmations_by_budget(2_000) == 10 and confirmations_by_budget(10_000) == 20
-    assert confirmations_by_budget(20_000) == 40 and confirmations_by_budget(100_000) == 40
-    assert declared_confirmations("protocol", 10_000) == 20
+    assert confirmations_by_budget(2_000) == 10 and confirmations_by_budget(10_000) == 40
+    assert confirmations_by_budget(20_000) == 80 and confirmations_by_budget(100_000) == 80
+    assert declared_confirmations("protocol", 10_000) == 40
     assert declared_confirmations("protocol-v2", 10_000) == 10
     session = new_session(fake_backends(), tmp_path / "a", budget=10_000)
-    assert session.investigation.max_confirmations == 20 and session.config.confirmations == 20
-    assert session.started_event("protocol").config["confirmations"] == 20
+    assert session.investigation.max_confirmations == 40 and session.config.confirmations == 40
+    assert session.started_event("protocol").config["confirmations"] == 40
     own = new_session(fake_backends(), tmp_path / "b", budget=10_000, confirmations=7,
                       planner={"name": "protocol-v2"})
     assert own.investigation.max_confirmations == 7
@@ -228,11 +228,11 @@ def test_a_new_pass_looks_again_at_what_the_first_dropped():
     planner._p0 = 0.03
     first, second = PASSES[0], PASSES[1]
     dropped = Candidate("a", "background", k=0, n=3, state="dropped")
-    climbing = Candidate("b", "background", k=2, n=12, state="open")
+    climbing = Candidate("b", "background", k=1, n=6, state="open")
     assert planner._judge(dropped, first) == "dropped"
     dropped.state = "open"  # what a new pass does to every candidate not tested, found or set aside
     plan = planner._screen_plan(second, [dropped, climbing])
-    assert sorted((c.caption, more) for c, more in plan) == [("a", second.floor - 3), ("b", second.floor - 12)]
+    assert sorted((c.caption, more) for c, more in plan) == [("a", second.floor - 3), ("b", second.floor - 6)]
 
 
 def test_what_a_test_adds_to_the_class_baseline_is_paid_for_before_anything_else():
@@ -266,3 +266,26 @@ def test_a_screen_that_reads_as_a_findings_idea_gets_no_more_screening_images(tm
         later = [e for e in events if e.kind == "tool_called" and e.name == "generate_and_classify"
                  and e.arguments["prompt"] == p and e.seq > previewed[p]]
         assert not later, p
+
+
+def test_a_kind_of_cause_with_two_findings_failing_as_one_label_waits_for_the_end_of_the_pass():
+    planner = AnytimePlanner("crayfish", "a realistic photograph of a crayfish")
+    blue, green = Candidate("blue", "adjective", target="shark"), Candidate("green", "adjective", target="shark")
+    found = [Found(blue, None, None, "shark"), Found(green, None, None, "shark")]  # type: ignore[arg-type]
+    purple = Candidate("purple", "adjective", target="shark")
+    other_label = Candidate("red", "adjective", target="bee")
+    other_kind = Candidate("in a net", "object", target="shark")
+    assert planner._saturated(purple, found)
+    assert not planner._saturated(other_label, found) and not planner._saturated(other_kind, found)
+    assert not planner._saturated(purple, found[:1])  # one finding of its kind and label is not enough
+
+
+def test_candidates_that_waited_are_tested_before_the_pass_ends(tmp_path, monkeypatch):
+    # With no finding needed to wait, every candidate with a wrong label waits until the pass has screened the rest;
+    # then they are tested in the same pass, the transcript says why they waited, and the snow is still found.
+    monkeypatch.setattr(anytime, "KIND_LATER", 0)
+    _, result, events = run(tmp_path, AnytimePlanner("cat", CAT, budget=6_000))
+    said = [e.reasoning for e in events if e.kind == "planner_turn"]
+    waited = [i for i, s in enumerate(said) if "waited because findings of their kind already fail as their" in s]
+    assert waited and any(s.startswith("Testing on fresh seeds") for s in said[waited[0]:])
+    assert result.status == "completed" and "snow" in final(events)

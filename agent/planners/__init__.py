@@ -61,9 +61,9 @@ class PlannerSpec:
 
 
 def confirmations_by_budget(budget: int) -> int:
-    """One confirmation attempt per 500 images of the budget, from MAX_CONFIRMATIONS to 40: a larger budget finds
+    """One confirmation attempt per 250 images of the budget, from MAX_CONFIRMATIONS to 80: a larger budget finds
     more, so it declares a larger family (each attempt is tested at alpha over the family's size)."""
-    return max(MAX_CONFIRMATIONS, min(40, budget // 500))
+    return max(MAX_CONFIRMATIONS, min(80, budget // 250))
 
 
 def _protocol(c: PlannerConfig, p: PlanFor) -> Planner:

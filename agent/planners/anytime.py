@@ -25,6 +25,9 @@ stops only when the images left cannot pay for the next step:
   rocks") is another phrasing of that finding and waits; so does one that holds every content word of a finding
   and more. Different ideas are confirmed however they fail: two attributes that fail as the same wrong label are
   two findings, grouped by that label in the answer. Other phrasings get the images and attempts left at the end.
+  Once two findings of one kind (background, colour, ...) fail as one wrong label, further candidates of that kind
+  and label wait until the pass has screened and tested the rest (``KIND_LATER``): a third colour failing as the
+  same label is worth less than the first test of another kind.
 - **Confirmation sizes** are declared with the first confirmation, before it draws the baseline (``pass_designs``):
   each later pass the budget can reach gets a share of the attempts; a pass whose share is spent confirms with
   another pass's sizes, larger first.
@@ -86,7 +89,7 @@ class Target:
 
 PASSES = (
     Target(3.0, 0.05, (3, 12, 32), 3, 300, 30, 300, 3),
-    Target(2.0, 0.02, (32, 80, 200), 32, 800, 50, 800, 80),
+    Target(2.0, 0.02, (12, 32, 80, 200), 12, 800, 50, 800, 80),
     Target(1.5, 0.01, (80, 200, 500), 32, 2000, 100, 1500, 200),
 )
 PRIOR_WEIGHT = 2.0
@@ -100,7 +103,7 @@ FIRST_LOOKS = 128
 """New candidates given their first look per turn (then what the screen singled out is tested, surest first)."""
 CHUNK = 24
 """Candidates screened per turn after their first look."""
-PREVIEW_MIN = 3
+PREVIEW_MIN = 2
 """Failures a screen look needs for its captions to say what the candidate changes."""
 TEST_BATCH = 2
 COUNTERFACTUAL_N = 20
@@ -109,6 +112,9 @@ IDEA_LIFT = 0.25
 """A candidate's idea: the caption sentence at least IDEA_SHARE of its captioned failures share, and IDEA_LIFT more
 of them than of the class's own failures."""
 NAMED = 5
+KIND_LATER = 2
+"""Findings of one kind of cause failing as one wrong label after which further such candidates wait for the end of
+the pass: a third colour that fails as the same label is worth less than the first test of another kind."""
 
 
 def effect(conf: measure_rate.Result) -> RatioCI | None:
@@ -405,16 +411,23 @@ class AnytimePlanner(ScriptPlanner):
         for i, t in enumerate(self.passes):
             if i:
                 for c in cands:
-                    if c.state in ("open", "test", "dropped", "tested"):
+                    if c.state in ("open", "test", "later", "dropped", "tested"):
                         c.state = "open"
                 if not self._affords(self._pass_cost(t, cands), t):
                     stop = (f"the images left cannot pay for a pass at {t.name} (its baseline of "
                             f"{self._base_n(t)} images, a test and a confirmation)")
                     break
             yield self.turn(self._pass_intro(i, t, cands))
+            released = False
             while not stop:
-                # Tests first: what the screen has singled out, surest first.
+                # Tests first: what the screen has singled out, surest first; a kind of cause with KIND_LATER
+                # findings waits until the pass has screened and tested the rest.
                 queue = self._order([c for c in cands if c.state == "test"], found)
+                if not released:
+                    for c in queue:
+                        if self._saturated(c, found):
+                            c.state = "later"
+                    queue = [c for c in queue if c.state == "test"]
                 if queue:
                     stop = self._cannot_confirm(t)
                     if stop:
@@ -465,6 +478,17 @@ class AnytimePlanner(ScriptPlanner):
                 if not plan:
                     if any(c.state == "test" for c in cands):
                         continue  # the re-judged screen singled out candidates: test them first
+                    if any(c.state == "later" for c in cands):
+                        released = True
+                        for c in cands:
+                            if c.state == "later":
+                                c.state = "test"
+                        later = [c for c in cands if c.state == "test"]
+                        yield self.turn(
+                            f"The rest of the {t.name} pass is screened and tested; now the {len(later)} candidates "
+                            "that waited because findings of their kind already fail as their wrong label"
+                            + _named(later, self._p0) + ".")
+                        continue
                     break
                 left = self._left()
                 if left is not None:
@@ -563,6 +587,12 @@ class AnytimePlanner(ScriptPlanner):
         kinds = Counter(f.candidate.kind for f in found)
         return sorted(queue, key=lambda c: (-score(c.k, c.n, self._p0) / (1 + labels[c.confusion] / 2)
                                             / (1 + kinds[c.kind] / 4), sentences(c.caption), c.caption))
+
+    def _saturated(self, c: Candidate, found: list[Found]) -> bool:
+        """Whether KIND_LATER findings of the candidate's kind (background, colour, ...) already fail as its wrong
+        label."""
+        return c.confusion is not None and sum(f.candidate.kind == c.kind and f.label == c.confusion
+                                               for f in found) >= KIND_LATER
 
     def _judge(self, c: Candidate, t: Target) -> str:
         p = plausibility(c.k, c.n, self._p0, t)
@@ -716,7 +746,7 @@ class AnytimePlanner(ScriptPlanner):
 
         listing = " ".join(f"Failing as {label or 'other labels'}: " + "; ".join(one(f) for f in fs) + "."
                            for label, fs in groups.items())
-        untested = [c for c in cands if c.state == "test"]
+        untested = [c for c in cands if c.state in ("test", "later")]
         names = [t.name for t in self.passes]
         unreached = [n for n in names if n not in reached]
         reach = (f"Searched for effects down to {reached[-1]} the class rate"
