@@ -6,6 +6,8 @@ ALPHA = 0.05
 """Family-wise error level of the findings, unless told otherwise."""
 BASELINE_N = 1000
 """Images of the class baseline, unless told otherwise."""
+FIRST_N = 100
+"""Images of a measure_rate test's first look, unless told otherwise."""
 MAX_CONFIRMATIONS = 10
 """Confirmation attempts one investigation may make; each is tested at ALPHA / MAX_CONFIRMATIONS."""
 

@@ -19,7 +19,7 @@ from sleuth.tools import stats
 from sleuth.tools.common import SampleSummary, investigation, sample_line, summarise
 from sleuth.tools.context import ToolContext
 from sleuth.tools.counterfactual import Flip, counterfactual_pairs, counterfactual_size, mcnemar_text, paired_counts
-from sleuth.tools.defaults import BASELINE_N
+from sleuth.tools.defaults import BASELINE_N, FIRST_N
 from sleuth.tools.investigation import (
     ConfirmationDesign,
     Investigation,
@@ -45,7 +45,7 @@ class Args(BaseModel):
     mode: Literal["sample", "counterfactual"] = Field(
         "sample", description="'sample': generate the caption; 'counterfactual': edit class images to the caption.")
     max_n: int = Field(800, ge=20, le=5000, description="Most images to spend on the caption (sequential stopping).")
-    first_n: int = Field(100, ge=10, le=2000, description="Images at the first look.")
+    first_n: int = Field(FIRST_N, ge=10, le=2000, description="Images at the first look.")
     baseline_n: int = Field(BASELINE_N, ge=50, le=20_000,
                             description="Least baseline size (class prompt, same seed space).")
     designs: list[ConfirmationDesign] | None = Field(None, description=(

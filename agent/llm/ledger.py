@@ -15,7 +15,7 @@ from typing import Any
 from sleuth.agent.events import Event, RunStarted, ToolCalled, ToolReturned
 from sleuth.agent.llm import summaries as S
 from sleuth.tools import stats
-from sleuth.tools.defaults import MAX_CONFIRMATIONS
+from sleuth.tools.defaults import BASELINE_N, FIRST_N, MAX_CONFIRMATIONS
 
 MAX_ROWS = 30
 """Tests listed (the newest); older ones are counted."""
@@ -111,8 +111,16 @@ def ledger(events: Sequence[Event], *, budget: int | None) -> str:
         lines.append("Next: one experiment at a time; call the tool and wait for its result (never write a result "
                      "yourself). Confirm a supported discovery with measure_rate(confirm=true), then record_finding "
                      "with both test ids. Call finish when nothing worth testing is left, when all confirmation "
-                     "attempts are used, or when the images left cannot pay for a confirmation (about 300).")
+                     "attempts are used, or when the images left cannot pay for a confirmation (at least "
+                     f"{confirmation_cost(confirmations):,} images: its first look"
+                     + (", and the confirmation baseline the first one draws" if not confirmations else "") + ").")
     return "\n".join(lines)
+
+
+def confirmation_cost(attempts: int) -> int:
+    """The least a confirmation costs with measure_rate's defaults: its first look, and the confirmation baseline
+    that the first attempt draws."""
+    return FIRST_N + (BASELINE_N if attempts == 0 else 0)
 
 
 def next_step(tests: Sequence[dict[str, Any]], findings: Sequence[dict[str, Any]], untested: Sequence[str],
@@ -134,9 +142,10 @@ def next_step(tests: Sequence[dict[str, Any]], findings: Sequence[dict[str, Any]
     if confirmations >= declared:
         return (f"finish: all {declared} confirmation attempts are used, so nothing more can be confirmed; "
                 "summarise the recorded findings.")
-    if left is not None and left < 300:
-        return (f"finish: {left:,} images are left, too few for a confirmation (about 300); summarise the recorded "
-                "findings.")
+    cost = confirmation_cost(confirmations)
+    if left is not None and left < cost:
+        return (f"finish: {left:,} images are left, too few for a confirmation (at least {cost:,}); summarise the "
+                "recorded findings.")
     tried = {_key(str(t.get("caption", ""))) for t in tests if t.get("purpose") == "confirmation"}
     fresh = [t for t in discovered if _key(str(t.get("caption", ""))) not in tried]
     if fresh:
