@@ -70,9 +70,10 @@ class EditSettings(BaseModel):
                                           description="Fractions of steps with self-attention injected (swept).")
     mode: Literal["auto", "refine"] = Field("auto", description="auto: same-length word swaps take the replaced "
                                                                 "words' maps; refine: every change is new words.")
-    edit_word_weight: float = Field(2.0, gt=0, description="Cross-attention weight of the words the edit puts in.")
+    edit_word_weight: float = Field(2.0, gt=0, description="Cross-attention weight of the content words the edit puts "
+                                                           "in (stop words and pronouns keep 1).")
     reweight: dict[str, float] = Field(default_factory=dict, description="Further target words to re-weight.")
-    local_blend: bool = Field(True, description="Keep the source latent outside the changed words' region.")
+    local_blend: bool = Field(True, description="Keep the source latent outside the changed content words' region.")
     blend_threshold: float = Field(0.3, ge=0, le=1)
     blend_start: float = Field(0.2, ge=0, le=1, description="Fraction of steps before blending starts.")
     keep: Literal["none", "class"] = Field("none", description="class: keep the source latent in the class region "
@@ -110,7 +111,7 @@ def edit_latents(pipe: Any, inversion: Inversion, target: str, injections: Seque
     source = inversion.prompt
     alignment = align(pipe.tokenizer, source, target, settings.mode)
     equalizer = torch.ones(alignment.mapper.shape[0])
-    equalizer[alignment.target_changed] = settings.edit_word_weight
+    equalizer[alignment.target_content] = settings.edit_word_weight
     for word, weight in settings.reweight.items():
         equalizer[word_tokens(pipe.tokenizer, target, word)] = weight
     h, w = inversion.latent.shape[-2:]
@@ -122,8 +123,8 @@ def edit_latents(pipe: Any, inversion: Inversion, target: str, injections: Seque
         blend = None
         if (settings.local_blend or keep is not None) and alignment.mode != "same":
             words = settings.local_blend
-            blend = LocalBlend(alignment.source_changed if words else [], alignment.target_changed if words else [],
-                               threshold=settings.blend_threshold, start=round(settings.blend_start * n), keep=keep)
+            blend = LocalBlend(alignment.source_content if words else [], alignment.target_content if words else [],
+                               threshold=settings.blend_threshold, start=int(settings.blend_start * n), keep=keep)
         control = AttentionEdit(alignment, chunk, n, equalizer=equalizer, self_max_tokens=self_max, blend=blend,
                                 guided=inversion.settings.guidance != 1.0)
         cond = encode_text(pipe, [source] + [target] * len(chunk)).float()
