@@ -60,7 +60,7 @@ def test_only_content_words_are_reweighted_and_blended(pipe: Any) -> None:
     tok = pipe.tokenizer
     a = align(tok, CLASS, HYPOTHESIS)
     # ". it is in the snow ." adds tokens 6..12; only "snow" (11) names something to draw.
-    assert a.target_changed == [7, 8, 9, 10, 11] and getattr(a, "target_content", a.target_changed) == [11] and getattr(a, "source_content", a.source_changed) == []
+    assert a.target_changed == [7, 8, 9, 10, 11] and a.target_content == [11] and a.source_content == []
     swap = align(tok, "a photo of a cat on the grass", "a photo of a cat in the snow")
     assert swap.removed == ["on", "grass"] and swap.added == ["in", "snow"]
     assert swap.source_content == [8] and swap.target_content == [8]
@@ -72,9 +72,9 @@ def test_the_blend_records_the_maps_as_injected(pipe: Any) -> None:
     """The store holds the maps after injection and re-weighting: in a word swap the target's new word has the
     source word's map (x its weight) while injected, and that is what the blend region is made of."""
     a = align(pipe.tokenizer, "a photo of a cat", "a photo of a dog")
-    blend = LocalBlend(getattr(a, "source_content", a.source_changed), getattr(a, "target_content", a.target_changed), start=0)
+    blend = LocalBlend(a.source_content, a.target_content, start=0)
     eq = torch.ones(77)
-    eq[getattr(a, "target_content", a.target_changed)] = 2.0
+    eq[a.target_content] = 2.0
     control = AttentionEdit(a, [Injection(1.0, 0.0)], 4, blend=blend, equalizer=eq)
     heads, q = 1, 16
     probs = torch.full((2 * 2 * heads, q, 77), 1e-3)
@@ -94,11 +94,11 @@ def sleuth_and_reference(pipe: Any, inv: Any, target: str, cross: float, self_: 
     a = run.alignment
     index, alpha = reference_alignment(pipe.tokenizer, inv.prompt, target)
     eq = torch.ones(77)
-    eq[getattr(a, "target_content", a.target_changed)] = 2.0
+    eq[a.target_content] = 2.0
     h, w = inv.latent.shape[-2:]
     swap = a.mapper if a.mode == "replace" else None
-    control = ReferenceEdit(index, alpha, FAST.steps, cross, self_, equalizer=eq, blend_source=getattr(a, "source_content", a.source_changed),
-                            blend_target=getattr(a, "target_content", a.target_changed), self_max=h * w // 4, swap=swap,
+    control = ReferenceEdit(index, alpha, FAST.steps, cross, self_, equalizer=eq, blend_source=a.source_content,
+                            blend_target=a.target_content, self_max=h * w // 4, swap=swap,
                             threshold=threshold)
     ref = reference_sample(pipe, inv.latent, [inv.prompt, target], inv.nulls, FAST.steps, FAST.guidance, control)
     return run, ref, control

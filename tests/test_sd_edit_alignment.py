@@ -12,7 +12,7 @@ import torch
 
 from sleuth.tools.backends.sd_edit import EditSettings, Injection, InversionSettings, edit_latents, invert
 from sleuth.tools.backends.sd_edit.controls import QualityThresholds, class_word_check, find_class
-from sleuth.tools.backends.sd_edit.p2p import AttentionEdit, LocalBlend, align, word_tokens
+from sleuth.tools.backends.sd_edit.p2p import LocalBlend, align, word_tokens
 from tests.sd_tiny import SIZE, clip_tokenizer, tiny_image, tiny_sd
 
 torch.set_num_threads(1)
