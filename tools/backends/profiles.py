@@ -91,8 +91,8 @@ def same_weights(generator: Any, editor: Any) -> bool:
 def editing_profile(generator: Any, editor: Any, generator_defaults: dict[str, Any],
                     editor_defaults: dict[str, Any]) -> Profile | None:
     """The shared profile of a generator spec and an editor spec on the same weights; None when they are not on
-    the same weights or the generator is a distilled model (its one-step images are not what an editor at 50
-    guided DDIM steps draws: they are inverted instead)."""
+    the same weights, or the generator is a distilled model or draws without guidance (its images are not what a
+    guided prompt-to-prompt edit redraws: they are inverted instead)."""
     if not same_weights(generator, editor) or generator_defaults.get("distilled"):
         return None
 
@@ -102,4 +102,7 @@ def editing_profile(generator: Any, editor: Any, generator_defaults: dict[str, A
                 return float(options[key])
         return default
 
-    return Profile(scheduler="ddim", steps=int(pick("steps", 50)), guidance=pick("guidance", 7.5))
+    guidance = pick("guidance", 7.5)
+    if guidance <= 1:
+        return None  # a generator without guidance draws what no guided edit redraws: its images are inverted
+    return Profile(scheduler="ddim", steps=int(pick("steps", 50)), guidance=guidance)

@@ -206,8 +206,9 @@ def default_cost(inversion: InversionSettings, editing: EditSettings, sweep: boo
     region = 2 * RegionSettings().draws / inversion.steps if editing.keep == "class" else 0.0
     own = float(inversion.steps * halves)
     scale = 1.0 if generator_passes is None else own / generator_passes
-    unit = ("images of the editor's pipeline" if generator_passes is None else "images of the generator")
-    basis = f"in {unit} ({(generator_passes or own):g} UNet passes each; the editor's image is {own:g})"
+    basis = (f"in images of the editor's pipeline at its steps and guidance ({own:g} UNet passes each)"
+             if generator_passes is None else
+             f"in images of the generator ({generator_passes:g} UNet passes each; the editor's image is {own:g})")
     return EditCost(inversion=per_step / halves * scale, edit=(float(rows) + region) * scale, max_pairs=MAX_PAIRS,
                     basis=basis)
 
