@@ -267,7 +267,10 @@ class SDEditor:
         if start == "seed":
             parts["start"] = "seed"
         rest = json.dumps(parts, sort_keys=True)
-        rest = json.dumps({"inversion": s.model_dump(), "null_schedule": "official", "rest": rest}, sort_keys=True)
+        # "p2p": edits made before prompt-to-prompt's alignment, store and words matched the reference differ, so
+        # outcomes kept by the old id are not reused.
+        rest = json.dumps({"inversion": s.model_dump(), "null_schedule": "official", "p2p": "reference", "rest": rest},
+                          sort_keys=True)
         self.id = (f"sd-edit:{self.model_id}:steps={s.steps}:cfg={s.guidance:g}:null={s.null_steps}x{s.null_lr:g}:"
                    f"{hashlib.sha256(rest.encode()).hexdigest()[:8]}")
         self.cost = cost or default_cost(self.inversion_settings, self.settings, scorer is not None)
