@@ -134,12 +134,6 @@ class DiffusersGenerator:
         for name, path in self.class_tokens.items():
             self._tokens[name] = load_class_token(pipe, path)[0]
 
-    @property
-    def unet_passes(self) -> float:
-        """UNet passes over one image row that drawing one image takes: ``steps``, twice with classifier-free
-        guidance (guidance above 1). The unit editing is charged in (``sd_edit.editor.default_cost``)."""
-        return float(self.num_inference_steps * (2 if self.guidance_scale > 1 else 1))
-
     # -- generation ------------------------------------------------------------------------------------------
 
     def prompt_with_token(self, prompt: str) -> str:

@@ -375,6 +375,7 @@ class BackendSpecs(BaseModel):
             negative_prompt=spec.option("negative"), class_tokens=tokens, checks=checks,
             scheduler=spec.option("scheduler", defaults.get("scheduler")))
         _load(gen, load)
+        # UNet passes over one row an image takes: the unit editing is charged in (sd_edit.editor.default_cost).
         rows = int(defaults.get("rows", 2 if guidance > 1 else 1))
         shared = {"generator_passes": str(steps * rows)}
         if profile is not None:
