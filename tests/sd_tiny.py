@@ -87,3 +87,37 @@ def tiny_image(pipe: Any, prompt: str, seed: int, steps: int = 10) -> Any:
         out = pipe(prompt, num_inference_steps=steps, guidance_scale=7.5, height=SIZE, width=SIZE,
                    generator=torch.Generator("cpu").manual_seed(seed), output_type="np")
     return (np.clip(out.images[0], 0, 1) * 255).round().astype(np.uint8)
+
+
+def tiny_sdxl(folder: Path, seed: int = 0) -> Any:
+    """A ``StableDiffusionXLPipeline`` with random weights: two CLIP text encoders (the second with a projection,
+    whose pooled output and the size/crop time ids condition the UNet), latents 4 x 16 x 16."""
+    from diffusers import (
+        AutoencoderKL,
+        EulerAncestralDiscreteScheduler,
+        StableDiffusionXLPipeline,
+        UNet2DConditionModel,
+    )
+    from transformers import CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection
+
+    torch.manual_seed(seed)
+    unet = UNet2DConditionModel(block_out_channels=(16, 32), layers_per_block=1, sample_size=SIZE // 2,
+                                in_channels=4, out_channels=4, down_block_types=("DownBlock2D", "CrossAttnDownBlock2D"),
+                                up_block_types=("CrossAttnUpBlock2D", "UpBlock2D"), attention_head_dim=4,
+                                norm_num_groups=4, cross_attention_dim=64, addition_embed_type="text_time",
+                                addition_time_embed_dim=8, projection_class_embeddings_input_dim=6 * 8 + 32,
+                                use_linear_projection=True)
+    vae = AutoencoderKL(block_out_channels=(8, 16), in_channels=3, out_channels=3, latent_channels=4,
+                        down_block_types=("DownEncoderBlock2D",) * 2, up_block_types=("UpDecoderBlock2D",) * 2,
+                        norm_num_groups=4, scaling_factor=4.5)
+    config = CLIPTextConfig(bos_token_id=49406, eos_token_id=49407, pad_token_id=49407, hidden_size=32,
+                            intermediate_size=37, num_attention_heads=4, num_hidden_layers=2, vocab_size=49408,
+                            max_position_embeddings=77, projection_dim=32)
+    tok = clip_tokenizer(folder / "tokenizer")
+    scheduler = EulerAncestralDiscreteScheduler(beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear",
+                                                steps_offset=1, timestep_spacing="trailing")
+    pipe = StableDiffusionXLPipeline(vae=vae, text_encoder=CLIPTextModel(config), tokenizer=tok,
+                                     text_encoder_2=CLIPTextModelWithProjection(config), tokenizer_2=tok, unet=unet,
+                                     scheduler=scheduler)
+    pipe.set_progress_bar_config(disable=True)
+    return pipe

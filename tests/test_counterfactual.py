@@ -187,10 +187,12 @@ def test_sd_editor_declared_cost() -> None:
     # Per step: DDIM inversion 1 row pass; null-text 1 conditional + 10 x (forward + backward ~ 3) + 1 step: 33
     # row passes against 2 for a guided image; an edit with a 5-schedule sweep is 6 rows.
     cost = default_cost(InversionSettings(), EditSettings(), sweep=True)
-    assert cost == EditCost(inversion=16.5, edit=6.0, max_pairs=20)
+    assert (cost.inversion, cost.edit, cost.max_pairs) == (16.5, 6.0, 20)
+    assert "editor's pipeline" in cost.describe() and EditCost().describe() == ""
     assert default_cost(InversionSettings(), EditSettings(), sweep=False).edit == 2.0
     assert default_cost(InversionSettings(guidance=1.0), EditSettings(), sweep=False).inversion == 1.0
-    assert _cost({"inversion_cost": "300", "edit_cost": "40", "pairs": "8"}, cost) == EditCost(300.0, 40.0, 8)
+    over = _cost({"inversion_cost": "300", "edit_cost": "40", "pairs": "8"}, cost)
+    assert (over.inversion, over.edit, over.max_pairs) == (300.0, 40.0, 8)
     from sleuth.tools.backends.base import BackendError
 
     with pytest.raises(BackendError, match="pairs must be at least 1"):

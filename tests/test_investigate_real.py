@@ -215,9 +215,11 @@ def test_counterfactual_edits_on_tiny_stable_diffusion_replay_and_verify(models:
     assert r["baseline"]["n"] == 3 and r["mcnemar"]["b"] + r["mcnemar"]["c"] <= 3
     assert any("3 pairs edited, not 200" in n for n in r["notes"])
     assert not any("quality filters" in n for n in r["notes"])
-    # 3 images generated; each inverted (2 steps: 1 DDIM + 2 + 3 x 1 null-text passes a step, over 2 per image: 3)
-    # once, edited (source and one candidate: 2) and sham-edited (2).
-    assert session.investigation.budget.used == 3 + 3 * (3 + 2 + 2) and session.investigation.budget.editing == 21
+    # 3 images generated; each inverted once, edited (source and one candidate) and placebo-edited, charged in the
+    # generator's one-step unguided images (1 UNet pass each; the editor's image is 2 steps x 2 rows = 4): an
+    # inversion 2 steps x (1 DDIM + 2 + 3 x 1 null-text passes) = 12, an edit 2 steps x 2 halves x 2 rows = 8.
+    assert session.investigation.budget.used == 3 + 3 * (12 + 8 + 8) and session.investigation.budget.editing == 84
+    assert any("images of the generator (1 UNet passes each" in n for n in r["notes"])
     # The control edit went through the same editor: for prompt-to-prompt, a placebo edit (as many words added,
     # naming nothing), since any new word may change the image; every pair says so.
     assert r["sham"] is not None and r["sham"]["b"] + r["sham"]["c"] <= 3

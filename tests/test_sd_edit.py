@@ -204,11 +204,12 @@ def test_alignment_of_swaps_refinements_and_padding(pipe: Any) -> None:
     add = align(tok, SOURCE, ADD)
     assert add.mode == "refine" and add.added == ["in", "the", "snow"] and add.removed == []
     assert add.target_changed == [9, 10, 11] and [float(add.alpha[j]) for j in (8, 9, 11, 12)] == [1, 0, 0, 1]
-    # End of text (source 9, target 12) and the padding after it line up position by position.
-    assert float(add.mapper[9, 12]) == 1.0 and float(add.mapper[73, 76]) == 1.0
-    back = align(tok, ADD, SOURCE)  # the longer source runs out of positions first
+    # End of text to end of text (source 9, target 12); after it, padding position j takes source position j.
+    assert float(add.mapper[9, 12]) == 1.0 and float(add.mapper[13, 13]) == 1.0 and float(add.mapper[76, 76]) == 1.0
+    assert float(add.mapper[:, 13].sum()) == 1.0
+    back = align(tok, ADD, SOURCE)
     assert back.removed == ["in", "the", "snow"] and float(back.mapper[12, 9]) == 1.0
-    assert float(back.alpha[73]) == 1.0 and float(back.alpha[74]) == 0.0
+    assert float(back.mapper[10, 10]) == 1.0 and bool((back.alpha[9:] == 1).all())
     # Different token counts: "cat" -> "kitten cub" is not a same-length swap.
     assert align(tok, SOURCE, "a photo of a kitten cub on the grass").mode == "refine"
     assert word_tokens(tok, ADD, "the") == [7, 10]

@@ -189,6 +189,8 @@ def counterfactual_size(inv: Investigation, asked: int, sham: bool = False) -> t
         notes.append(f"the editor is costly ({cost.inversion:g} images per inversion, {cost.edit:g} per edit): "
                      f"{cost.max_pairs} pairs edited, not {n}")
         n = cost.max_pairs
+    if cost.describe():
+        notes.append(cost.describe())
     charge = math.ceil((1 + cost.inversion + cost.edit * (2 if sham else 1)) * n)
     if charge > inv.budget.left:
         raise ToolError(f"{BUDGET_EXHAUSTED}: {n} counterfactual pairs cost {charge} images' worth "

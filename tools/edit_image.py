@@ -12,6 +12,7 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 
 from sleuth.tools import stats
+from sleuth.tools.backends.base import edit_cost
 from sleuth.tools.common import investigation
 from sleuth.tools.context import ToolContext
 from sleuth.tools.counterfactual import Flip, edit_and_classify, mcnemar_text, paired_counts
@@ -58,6 +59,6 @@ def run(args: Args, ctx: ToolContext) -> Result:
     flips, _ = edit_and_classify(inv, gens, args.source_caption, args.target_caption)
     pc = paired_counts(flips)
     mc = stats.mcnemar_exact(pc.to_failure, pc.to_correct, alternative="greater") if pc.pairs > 1 else None
-    note = pc.note()
+    notes = [n for n in (pc.note(), edit_cost(inv.backends.editor).describe()) if n]
     return Result(edits=flips, to_failure=pc.to_failure, to_correct=pc.to_correct, excluded=pc.excluded, mcnemar=mc,
-                  budget_charged=inv.budget.editing - charged, notes=[note] if note else [])
+                  budget_charged=inv.budget.editing - charged, notes=notes)

@@ -141,6 +141,15 @@ class EditCost:
     """Per edit (toyworld renders one image)."""
     max_pairs: int | None = None
     """Most images a counterfactual measurement edits; None: the measurement's own limit."""
+    basis: str = ""
+    """What one image is, when it is not simply one image the editor renders (e.g. "images of the generator: 50
+    UNet passes each"); results that charge editing say it."""
+
+    def describe(self) -> str:
+        """The charges in words, for results: empty for an editor that charges one rendered image per edit."""
+        if not self.basis:
+            return ""
+        return f"editing is charged {self.inversion:g} per inversion and {self.edit:g} per edit, {self.basis}"
 
 
 def edit_cost(editor: Editor) -> EditCost:

@@ -3,7 +3,9 @@
 Reproducibility: every image's initial latents are drawn on the CPU from its own NumPy generator seeded with its
 whole seed, so (prompt, seed) gives the same initial noise, hence the same image, whatever the batch size or
 device. Not from a ``torch.Generator``: torch's CPU generator keeps only the seed's low 32 bits, so seed s and
-s + 2**40 (a discovery seed and its confirmation twin) would draw the same image.
+s + 2**40 (a discovery seed and its confirmation twin) would draw the same image. Stochastic schedulers (Euler
+ancestral, LCM, DDPM, ...) also draw noise at every step: each image gets its own CPU ``torch.Generator`` for that,
+seeded with a 32-bit digest of its whole seed, so those images too depend on (prompt, seed) alone.
 Images a safety checker blacks out come back with ``valid=False``: unusable, not classifier failures.
 Each image drawn from such noise says how in ``meta["drawn"]`` (weights, noise, steps, guidance, scheduler, size),
 so an editor on the same weights can start from its seed's noise instead of inverting it.
@@ -47,7 +49,8 @@ class DiffusersGenerator:
                  dtype: str | None = None, num_inference_steps: int = 30, guidance_scale: float = 7.5,
                  height: int | None = None, width: int | None = None, batch_size: int = 4,
                  negative_prompt: str | None = None, class_tokens: Mapping[str, str] | None = None,
-                 checks: ClipChecks | None = None, class_prompt: str = "a realistic photograph of a {label}") -> None:
+                 checks: ClipChecks | None = None, class_prompt: str = "a realistic photograph of a {label}",
+                 scheduler: str | None = None) -> None:
         if (model is None) == (pipeline is None):
             raise ValueError("give exactly one of model (path or Hub id) and pipeline")
         if num_inference_steps < 1 or batch_size < 1:
@@ -69,6 +72,12 @@ class DiffusersGenerator:
         self.negative_prompt = negative_prompt
         self.checks = checks
         self.class_prompt = class_prompt
+        if scheduler is not None and scheduler not in SCHEDULERS:
+            raise BackendError(f"diffusers: unknown scheduler {scheduler!r}; known: {', '.join(SCHEDULERS)}.")
+        self.scheduler = scheduler
+        """A scheduler replacing the pipeline's own (``SCHEDULERS``), built from its config; None: the pipeline's."""
+        self._shipped = (type(pipeline.scheduler).__name__ if pipeline is not None
+                         else shipped_scheduler(self._folder))
         self._pipe = pipeline
         self._tokens: dict[str, str] = {}
         source = (f"{model}@{fingerprint(self._folder)}" if self._folder is not None else type(pipeline).__name__)
@@ -86,6 +95,8 @@ class DiffusersGenerator:
                  f"noise={NOISE}"]
         if self.height is not None or self.width is not None:
             parts.append(f"size={self.height or 'auto'}x{self.width or 'auto'}")
+        if self.scheduler is not None and SCHEDULERS[self.scheduler] != self._shipped:
+            parts.append(f"scheduler={self.scheduler}")  # the shipped one keeps the id it always had
         if self.negative_prompt:
             parts.append(f"negative={self.negative_prompt!r}")
         parts += [f"token={name or '-'}={f.name}@{fingerprint(f)}" for name, f in sorted(self.class_tokens.items())]
@@ -114,6 +125,10 @@ class DiffusersGenerator:
         if not _text_to_image(pipe):
             raise BackendError(f"diffusers pipeline {self.model!r} ({type(pipe).__name__}) is not a text-to-image "
                                f"pipeline.")
+        if self.scheduler is not None and SCHEDULERS[self.scheduler] != type(pipe.scheduler).__name__:
+            import diffusers
+
+            pipe.scheduler = getattr(diffusers, SCHEDULERS[self.scheduler]).from_config(pipe.scheduler.config)
         pipe.to(self.device)
         pipe.set_progress_bar_config(disable=True)
         for name, path in self.class_tokens.items():
@@ -150,6 +165,9 @@ class DiffusersGenerator:
         }
         latents = initial_latents(pipe, seeds, self.height, self.width)
         drawn: dict[str, Any] | None = None
+        # One generator per image, for every noise the pipeline draws besides the initial latents (a stochastic
+        # scheduler's at each step): an image's noise is its seed's, whatever else is in the batch.
+        kwargs["generator"] = [torch.Generator("cpu").manual_seed(seed32(s)) for s in seeds]
         if latents is not None:
             kwargs["latents"] = latents
             if self.negative_prompt is None:
@@ -157,10 +175,8 @@ class DiffusersGenerator:
                 drawn = {"model": self.model_key, "noise": NOISE, "steps": self.num_inference_steps,
                          "guidance": self.guidance_scale, "scheduler": type(pipe.scheduler).__name__,
                          "size": [int(latents.shape[-2]) * factor, int(latents.shape[-1]) * factor]}
-        else:
-            # A pipeline that takes no latents of this shape: CPU torch generators on 32-bit digests of the
-            # whole seeds (two seeds share noise only by a digest collision).
-            kwargs["generator"] = [torch.Generator("cpu").manual_seed(seed32(s)) for s in seeds]
+        # A pipeline that takes no latents of this shape draws them too from those generators, on 32-bit digests of
+        # the whole seeds (two seeds share noise only by a digest collision).
         if self.height is not None:
             kwargs["height"] = self.height
         if self.width is not None:
@@ -255,6 +271,25 @@ def _load_embedding(pipe: Any, state: dict[str, Any], token: str, path: Path) ->
     except ValueError as e:
         # Already in the vocabulary, or an embedding of another text encoder's width.
         raise BackendError(f"class token {path}: {str(e).splitlines()[0]}") from None
+
+
+SCHEDULERS = {"ddim": "DDIMScheduler", "euler": "EulerDiscreteScheduler", "euler_a": "EulerAncestralDiscreteScheduler",
+              "dpm": "DPMSolverMultistepScheduler", "unipc": "UniPCMultistepScheduler", "pndm": "PNDMScheduler",
+              "lcm": "LCMScheduler", "ddpm": "DDPMScheduler"}
+"""The ``scheduler=`` option's names: diffusers scheduler classes, built from the pipeline's scheduler config."""
+
+
+def shipped_scheduler(folder: Path | None) -> str | None:
+    """The scheduler class a pipeline folder ships (``scheduler/scheduler_config.json``), if it says."""
+    import json
+
+    if folder is None:
+        return None
+    try:
+        name = json.loads((folder / "scheduler" / "scheduler_config.json").read_text()).get("_class_name")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return str(name) if name else None
 
 
 NOISE = "np64"

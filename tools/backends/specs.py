@@ -179,8 +179,11 @@ def _captioner(s: Spec, device: str, dtype: str | None) -> Any:
                          batch_size=s.option("batch", 8, int))
 
 
-def _editor(spec: Spec, device: str, dtype: str | None, parts: Mapping[str, Any], load: bool) -> Any:
-    """The Stable Diffusion editor; ``clip=on`` scores edits with the open_clip embedder's model."""
+def _editor(spec: Spec, device: str, dtype: str | None, parts: Mapping[str, Any], load: bool,
+            shared: Mapping[str, str] | None = None) -> Any:
+    """The Stable Diffusion editor; ``clip=on`` scores edits with the open_clip embedder's model. ``shared``: the
+    generator's settings the editor takes unless its spec sets them (steps, guidance and dtype on the same
+    weights; ``generator_passes``, the unit its costs are charged in)."""
     from sleuth.tools.backends.clip import ClipEmbedder
     from sleuth.tools.backends.sd_edit.options import editor_from_options
 
@@ -198,9 +201,12 @@ def _editor(spec: Spec, device: str, dtype: str | None, parts: Mapping[str, Any]
     from sleuth.tools.backends.packaged import EDITOR_DEFAULTS
 
     model = _need(spec, "sd-edit:PATH_OR_ID")
-    options = {**EDITOR_DEFAULTS.get(model, {}), **spec.options}
+    shared = dict(shared or {})
+    passes = shared.pop("generator_passes", None)
+    options = {**EDITOR_DEFAULTS.get(model, {}), **shared, **spec.options}
     editor = editor_from_options(model, options, device=device, dtype=dtype,
-                                 class_names=list(parts["classifier"].labels.labels), make_scorer=clip)
+                                 class_names=list(parts["classifier"].labels.labels), make_scorer=clip,
+                                 generator_passes=float(passes) if passes is not None else None)
     _load(editor, load)
     return editor
 
@@ -306,11 +312,12 @@ class BackendSpecs(BaseModel):
             toy = load_backends(self.world, device=self.device, progress=progress, **extra)
             for name in ("classifier", "captioner", "embedder"):
                 parts.setdefault(name, getattr(toy, name))
+        shared: dict[str, str] = {}
         if real_generator:
-            parts["generator"] = self._generator(specs["generator"], parts, load)
+            parts["generator"], shared = self._generator(specs["generator"], specs["editor"], parts, load)
             tick()
         if specs["editor"].kind != "toyworld":
-            parts["editor"] = _editor(specs["editor"], self.device, self.dtype, parts, load)
+            parts["editor"] = _editor(specs["editor"], self.device, self.dtype, parts, load, shared)
             tick()
         elif real_generator:
             parts["editor"] = UnavailableEditor()
@@ -320,12 +327,14 @@ class BackendSpecs(BaseModel):
             parts = {"generator": toy.generator, "class_prompt": toy.class_prompt, "editor": toy.editor, **parts}
         return parts
 
-    def _generator(self, spec: Spec, parts: Mapping[str, Any], load: bool) -> Any:
+    def _generator(self, spec: Spec, editor: Spec, parts: Mapping[str, Any],
+                   load: bool) -> tuple[Any, dict[str, str]]:
+        """The diffusers generator, and what an editor next to it takes from it (see ``profiles``)."""
         from sleuth.tools.backends.clip import ClipChecks, ClipEmbedder
         from sleuth.tools.backends.diffusers_generator import DiffusersGenerator
 
         spec.check_options(COMMON | {"steps", "guidance", "height", "width", "negative", "class_token", "class_name",
-                                     "checks", "class_top_k", "shift_threshold"})
+                                     "checks", "class_top_k", "shift_threshold", "scheduler"})
         checks_spec = spec.options.get("checks")
         if checks_spec and self.clip_checks != "off":
             raise BackendError("CLIP checks given twice: in the generator spec (checks=) and as a setting.")
@@ -344,19 +353,36 @@ class BackendSpecs(BaseModel):
         tokens = dict(self.class_tokens)
         if "class_token" in spec.options:
             tokens[spec.option("class_name", "")] = spec.options["class_token"]
-        from sleuth.tools.backends.packaged import GENERATOR_DEFAULTS
+        from sleuth.tools.backends.loading import resolve_pretrained
+        from sleuth.tools.backends.packaged import EDITOR_DEFAULTS, GENERATOR_DEFAULTS
+        from sleuth.tools.backends.profiles import distilled, editing_profile
 
-        defaults = GENERATOR_DEFAULTS.get(spec.argument, {})
+        weights = _need(spec, "diffusers:PATH_OR_ID")
+        defaults: dict[str, Any] = dict(GENERATOR_DEFAULTS.get(spec.argument, {}))
+        few = None if defaults else distilled(weights, resolve_pretrained(weights, what="diffusers pipeline"))
+        if few is not None:
+            defaults.update(few, distilled=True)
+        profile = editing_profile(spec, editor, defaults, EDITOR_DEFAULTS.get(editor.argument, {}))
+        if profile is not None:
+            defaults.update(steps=profile.steps, guidance=profile.guidance, scheduler=profile.scheduler)
         steps = spec.option("steps", int(defaults.get("steps", 30)), int)
+        guidance = spec.option("guidance", float(defaults.get("guidance", 7.5)), float)
+        dtype = spec.option("dtype", self.dtype)
         gen = DiffusersGenerator(
-            _need(spec, "diffusers:PATH_OR_ID"), device=spec.option("device", self.device),
-            dtype=spec.option("dtype", self.dtype), num_inference_steps=steps,
-            guidance_scale=spec.option("guidance", defaults.get("guidance", 7.5), float),
-            height=spec.option("height", None, int), width=spec.option("width", None, int),
+            weights, device=spec.option("device", self.device), dtype=dtype, num_inference_steps=steps,
+            guidance_scale=guidance, height=spec.option("height", None, int), width=spec.option("width", None, int),
             batch_size=spec.option("batch", int(defaults.get("batch", 4)), int),
-            negative_prompt=spec.option("negative"), class_tokens=tokens, checks=checks)
+            negative_prompt=spec.option("negative"), class_tokens=tokens, checks=checks,
+            scheduler=spec.option("scheduler", defaults.get("scheduler")))
         _load(gen, load)
-        return gen
+        # UNet passes over one row an image takes: the unit editing is charged in (sd_edit.editor.default_cost).
+        rows = int(defaults.get("rows", 2 if guidance > 1 else 1))
+        shared = {"generator_passes": str(steps * rows)}
+        if profile is not None:
+            shared.update(steps=str(steps), guidance=f"{guidance:g}")
+            if dtype is not None:
+                shared["dtype"] = dtype
+        return gen, shared
 
 
 def _load(model: Any, load: bool) -> None:

@@ -12,8 +12,10 @@ into a noise estimate before any step.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -86,11 +88,34 @@ class DDIMSchedule:
 # -- the pipeline's parts ---------------------------------------------------------------------------------------
 
 
+UNSUPPORTED = ("the editor runs Stable Diffusion 1.x/2.x pipelines (one CLIP text encoder); {what} conditions its "
+               "UNet on more (SDXL: a second text encoder, pooled text embeddings and added time ids), which its "
+               "inversion and prompt-to-prompt do not provide. Edit with an SD 1.x/2.x checkpoint instead, e.g. "
+               "sd-edit:stable-diffusion-v1-5/stable-diffusion-v1-5 or sd-edit:stabilityai/stable-diffusion-2-1-base "
+               "(images are then inverted, not redrawn from their seeds).")
+
+
 def check_pipeline(pipe: Any) -> None:
     missing = [p for p in ("unet", "vae", "text_encoder", "tokenizer", "scheduler") if getattr(pipe, p, None) is None]
     if missing:
         raise BackendError(f"{type(pipe).__name__} is not a Stable Diffusion 1.x/2.x pipeline "
                            f"(no {', '.join(missing)}); the editor needs one.")
+    added = getattr(pipe.unet.config, "addition_embed_type", None)
+    if getattr(pipe, "text_encoder_2", None) is not None or added not in (None, "text"):
+        raise BackendError(UNSUPPORTED.format(what=type(pipe).__name__))
+
+
+def check_folder(folder: Path) -> None:
+    """The same check from a pipeline folder's ``model_index.json``, before any weights load."""
+    index = folder / "model_index.json"
+    if not index.is_file():
+        return
+    try:
+        parts = json.loads(index.read_text())
+    except (OSError, ValueError):
+        return
+    if isinstance(parts, dict) and (parts.get("text_encoder_2") or "XL" in str(parts.get("_class_name", ""))):
+        raise BackendError(UNSUPPORTED.format(what=f"{parts.get('_class_name', 'this pipeline')} ({folder})"))
 
 
 def encode_text(pipe: Any, prompts: Sequence[str]) -> Any:

@@ -84,11 +84,13 @@ def _start(options: dict[str, str]) -> Literal["seed", "invert"]:
 
 def editor_from_options(model: str, options: dict[str, str], *, device: str = "cpu", dtype: str | None = None,
                         class_names: Sequence[str] = (),
-                        make_scorer: Callable[[str], Scorer] | None = None) -> SDEditor:
+                        make_scorer: Callable[[str], Scorer] | None = None,
+                        generator_passes: float | None = None) -> SDEditor:
     """An editor for ``model`` (pipeline folder or cached Hub id) from spec options (strings).
 
     ``device`` and ``dtype`` apply unless the options name their own. ``make_scorer`` turns the ``clip``
-    option's value into a CLIP model.
+    option's value into a CLIP model. ``generator_passes``: UNet passes per image of the investigation's
+    generator, the unit edits are charged in (``default_cost``); None: the editor's own images.
     """
     unknown = sorted(set(options) - OPTIONS)
     if unknown:
@@ -109,7 +111,7 @@ def editor_from_options(model: str, options: dict[str, str], *, device: str = "c
     if items is not None and items < 1:
         raise BackendError("sd-edit option cache_items must be at least 1.")
     cache = InversionCache(max_items=16 if items is None else items, directory=options.get("cache"))
-    cost = _cost(options, default_cost(inversion, editing, scorer is not None))
+    cost = _cost(options, default_cost(inversion, editing, scorer is not None, generator_passes))
     return SDEditor(model, device=options.get("device", device), dtype=options.get("dtype", dtype),
                     inversion=inversion, editing=editing, thresholds=thresholds, scorer=scorer,
                     class_names=class_names, size=_int(options, "size"), cache=cache, cost=cost,

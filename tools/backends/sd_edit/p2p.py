@@ -6,11 +6,12 @@ In the conditional half of the batch, each target row's attention is overridden 
 - cross-attention (image -> text tokens), for the first ``cross`` fraction of the steps: a target token that
   has a counterpart in the source takes the source token's map (word swap maps a swapped word to the word it
   replaces; refinement leaves new words their own maps), the target's own *values* carry the new words in;
-- re-weighting scales chosen target tokens' maps (LANCE weights the new words x2);
+- re-weighting scales chosen target tokens' maps (the edit's content words x2: the words prompt-to-prompt's user
+  would name, not the articles, pronouns and verbs a caption's sentence carries along);
 - self-attention (image -> image), for the first ``self`` fraction of the steps, in layers up to a size;
 - local blending (optional): after each step from ``blend_start`` on, a target row keeps the source latent
-  outside the region the changed words attend to (their maps summed over every step so far), and inside a fixed
-  region to keep (the class, ``regions.class_region``) when one is given.
+  outside the region the edit's content words attend to (their maps, as injected, summed over every step so far),
+  and inside a fixed region to keep (the class, ``regions.class_region``) when one is given.
 
 Attention probabilities are computed explicitly only in calls that edit or record them; others run the
 layer's own (fused) processor. Of the maps, only the changed words' running sum is kept.
@@ -53,6 +54,26 @@ class TokenAlignment:
     """Target words the edit adds or puts in."""
     mode: str = "same"
     """``same`` (no change), ``replace`` (only same-length word swaps) or ``refine`` (words added or removed)."""
+    source_content: list[int] = field(default_factory=list)
+    target_content: list[int] = field(default_factory=list)
+    """Token positions of the changed *content* words (``source_changed``/``target_changed`` without stop words):
+    the words re-weighted and blended, as prompt-to-prompt re-weights and blends the words its user names."""
+
+
+STOP_WORDS = frozenset("""
+a an the this that these those it its it's itself they them their theirs he him his she her hers we us our you your
+i me my one ones there here is are was were be been being am has have had do does did will would can could shall
+should may might must of in on at to by for from with without into onto over under above below near next beside
+behind between among through across along around against about as and or but nor so than then too very also just
+not no some any each every all both other another such what which who whom whose where when how while if
+""".split())
+"""Words an edit carries along without naming anything to draw: articles, pronouns, auxiliaries, prepositions and
+conjunctions."""
+
+
+def is_content(word: str) -> bool:
+    """A word that names something (not punctuation, not a stop word)."""
+    return not _is_punctuation(word) and word.lower() not in STOP_WORDS
 
 
 _UNIT = re.compile(r"\w+(?:[-'’]\w+)*|[^\w\s]+")
@@ -121,12 +142,18 @@ def align(tokenizer: Any, source: str, target: str, mode: str = "auto") -> Token
         out.added += [tgt[b][0] for b in words_t]
         out.source_changed += [i for a in words_s for i in _span(starts_s, a)]
         out.target_changed += [j for b in words_t for j in _span(starts_t, b)]
-    # End-of-text and padding carry a summary of the prompt: matched position by position after the words.
+        out.source_content += [i for a in words_s if is_content(src[a][0]) for i in _span(starts_s, a)]
+        out.target_content += [j for b in words_t if is_content(tgt[b][0]) for j in _span(starts_t, b)]
+    # End of text to end of text; after it, target position j takes source position j (padding, which in CLIP
+    # carries the prompt's summary), as prompt-to-prompt's aligner does, not the source's end of text + k.
     end_s, end_t = starts_s[-1], starts_t[-1]
-    for k in range(n - end_t):
-        link(end_s + k, end_t + k)
+    link(end_s, end_t)
+    for j in range(end_t + 1, n):
+        link(j, j)
     out.source_changed = [i for i in out.source_changed if i < n]
     out.target_changed = [j for j in out.target_changed if j < n]
+    out.source_content = [i for i in out.source_content if i < n]
+    out.target_content = [j for j in out.target_content if j < n]
     out.mode = "refine" if "refine" in kinds else ("replace" if kinds else "same")
     return out
 
@@ -158,6 +185,12 @@ class Injection:
 
     cross: float
     self_: float
+
+
+def cross_steps(fraction: float, steps: int) -> int:
+    """Steps with cross-attention injected, counted as prompt-to-prompt counts them (over ``steps + 1`` entries;
+    self-attention's are ``int(fraction * steps)``)."""
+    return int(fraction * (steps + 1))
 
 
 class LocalBlend:
@@ -234,8 +267,8 @@ class AttentionEdit:
         self.alignment = alignment
         self.guided = guided
         """Whether the batch has an unconditional half before the conditional one (guidance != 1)."""
-        self.cross_until = [round(inj.cross * steps) for inj in injections]
-        self.self_until = [round(inj.self_ * steps) for inj in injections]
+        self.cross_until = [cross_steps(inj.cross, steps) for inj in injections]
+        self.self_until = [int(inj.self_ * steps) for inj in injections]
         self.equalizer = torch.ones(alignment.mapper.shape[0]) if equalizer is None else equalizer
         self.self_max_tokens = self_max_tokens
         self.blend = blend
@@ -266,10 +299,6 @@ class AttentionEdit:
         uncond, cond = p[:(halves - 1) * rows], list(p[(halves - 1) * rows:].unbind(0))
         src = cond[0]
         if is_cross:
-            if self.blend is not None and self.blend.wants(self.step):
-                # Each row's own maps, before injection (as AttentionStore records them): a swapped-in word's
-                # region is where the target row puts that word, not where the source put the word it replaces.
-                self.blend.record(torch.stack(cond))
             injected = None
             eq = self.equalizer.to(src.device, src.dtype)
             for r, until in enumerate(self.cross_until, start=1):
@@ -278,6 +307,11 @@ class AttentionEdit:
                         injected = src @ self.alignment.mapper.to(src.device, src.dtype)
                     a = self.alignment.alpha.to(src.device, src.dtype)
                     cond[r] = (a * injected + (1 - a) * cond[r]) * eq
+            if self.blend is not None and self.blend.wants(self.step):
+                # The maps as injected and re-weighted: prompt-to-prompt's AttentionStore holds the very tensor
+                # its controller then edits in place. While injected, a swapped-in word's region is the source
+                # word's.
+                self.blend.record(torch.stack(cond))
         elif self.self_max_tokens is None or src.shape[1] <= self.self_max_tokens:
             for r, until in enumerate(self.self_until, start=1):
                 if self.step < until:
