@@ -184,6 +184,7 @@ def _spawn(tmp_path: Path, *args: str, env: dict | None = None):
     return child, log
 
 
+@pytest.mark.e2e
 def test_typing_into_chat_without_an_llm(tmp_path):
     child, log = _spawn(tmp_path, "--seed", "5")
     child.expect_exact(PROMPT)
@@ -216,6 +217,7 @@ def test_typing_into_chat_without_an_llm(tmp_path):
     assert events[-1].kind == "run_finished" and events[-1].status == "completed"
 
 
+@pytest.mark.e2e
 def test_typing_into_chat_with_the_stub_llm_then_replaying_it(tmp_path, capsys):
     script = [tool_reply(tool_call("measure_rate", {"caption": SNOW, "target_label": "snow leopard",
                                                     "max_n": 100}, "m1"), content="Let me measure that."),
