@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-all lint lock clean
+.PHONY: demo test test-e2e test-all lint lock clean
 
 $(STAMP): requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,16 +16,20 @@ $(STAMP): requirements.lock pyproject.toml
 demo: $(STAMP)
 	$(BIN)/sleuth investigate --class cat --reveal
 
-## test: the default test suite (offline, CPU, about 10 minutes on 2 cores)
+## test: the fast tier (offline, CPU, about 2 minutes on 2 cores); fails if a module of agent/ or tools/ has no fast test
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --module-use
+
+## test-e2e: the end-to-end tier (whole investigations and audits, Ray, benchmarks, editing pipelines; docs/testing.md)
+test-e2e: $(STAMP)
+	$(BIN)/python -m pytest -q -m e2e
 
 ## lint: ruff and mypy (clean on main; CI runs them before the tests)
 lint: $(STAMP)
 	$(BIN)/ruff check agent tools tests scripts transcripts sleuth
 	$(BIN)/mypy
 
-## test-all: also the slow tests (long training, real checkpoints)
+## test-all: every tier, the slow tests too (long training, real checkpoints)
 test-all: $(STAMP)
 	$(BIN)/python -m pytest -q -m "slow or not slow"
 

@@ -17,8 +17,10 @@ from typing import Any
 
 from sleuth.agent.config import PlannerConfig, RunConfig
 from sleuth.agent.events import Event, RunStarted
+from sleuth.agent.llm import tool_llm
 from sleuth.agent.planners import Mode, PlanFor, build_planner, declared_confirmations
 from sleuth.agent.planners import max_turns as planner_max_turns
+from sleuth.agent.planners.llm import LLMPlanner
 from sleuth.agent.runner import Planner, Runner, RunResult
 from sleuth.agent.transcript import TranscriptWriter
 from sleuth.tools import investigation_tools
@@ -119,11 +121,14 @@ class Session:
     def planner(self, mode: Mode = "investigate", config: PlannerConfig | None = None) -> Planner:
         """The planner the config names (or ``config``), built for this session."""
         inv = self.investigation
-        return build_planner(config or self.config.planner, PlanFor(
+        planner = build_planner(config or self.config.planner, PlanFor(
             label=self.label, class_prompt=inv.class_prompt, labels=inv.labels.labels, budget=inv.budget.images,
-            seed=self.config.seed, alpha=self.config.alpha, mode=mode, session=self,
-            confirmations=inv.max_confirmations,
+            seed=self.config.seed, alpha=self.config.alpha, mode=mode, confirmations=inv.max_confirmations,
             designs=tuple(c) if (c := self.config.confirmation_designs) is not None else None))
+        if isinstance(planner, LLMPlanner):  # it reads this run's images, and its model serves the tools too
+            planner.artifacts = self.artifacts
+            self.ctx.llm = tool_llm(planner.client)
+        return planner
 
     def join_transcript(self, started: RunStarted) -> None:
         """Count this session's confirmation attempts with every run of the transcript ``started`` begins (its

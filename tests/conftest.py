@@ -1,4 +1,8 @@
-"""Shared fixtures: a transcript holding one event of every kind."""
+"""Shared fixtures (a transcript holding one event of every kind), the test tiers and ``--module-use``.
+
+Tiers: ``pytest`` runs the fast tier (everything not marked ``e2e`` or ``slow``), ``pytest -m e2e`` the end-to-end
+tier, ``pytest -m slow`` real checkpoints, GPU, real LLM APIs and long training (docs/testing.md).
+"""
 
 from __future__ import annotations
 
@@ -22,6 +26,29 @@ from sleuth.agent.events import (
     UserMessage,
 )
 from sleuth.agent.transcript import TranscriptWriter
+
+TIERS = ("e2e", "slow")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--module-use", action="store_true",
+                     help="fail unless the selected tests exercise every module of agent/ and tools/ (module_use.py)")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption("--module-use"):
+        from module_use import ModuleUse, project_modules
+
+        config.pluginmanager.register(ModuleUse(project_modules()), "module_use")
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """A tier that selects no test of the suite is a mistake (a marker renamed or dropped), not an empty success."""
+    config = session.config
+    expr = config.option.markexpr
+    whole = config.args_source == pytest.Config.ArgsSource.TESTPATHS and not config.option.keyword
+    if whole and not session.items and any(tier in expr for tier in TIERS):
+        raise pytest.UsageError(f"-m {expr!r} selects no test (docs/testing.md: the tiers and their markers)")
 
 
 @pytest.fixture(autouse=True, scope="session")

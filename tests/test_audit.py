@@ -202,6 +202,7 @@ def crash_and_resume(tmp_path: Path, capsys: pytest.CaptureFixture[str], points:
         assert verify_transcript(run / c["transcript"]).ok
 
 
+@pytest.mark.e2e
 def test_sigkill_at_several_points_then_resume_equals_an_uninterrupted_audit(tmp_path, capsys):
     points = [
         "torn:tool_returned:5",  # mid-event: half of fly's fifth tool result reaches the file

@@ -51,6 +51,7 @@ def test_a_caption_names_a_bug_as_the_world_reads_it(oracle):
     assert not names_bug("a painting of a goldfish.", sketch, oracle.world)
 
 
+@pytest.mark.e2e
 def test_calibration_counts_null_hypotheses_through_each_stage(tmp_path):
     out = Calibration(runs=3, planners=["protocol", "adv-many"], budget=4000, baseline_n=500, root=tmp_path).run()
     assert len(out["runs"]) == 2 * 2 * 3 and out["held"]
@@ -67,6 +68,7 @@ def test_calibration_counts_null_hypotheses_through_each_stage(tmp_path):
     assert all(r["confirmations"] == 10 for r in many)  # the whole declared family, and not one attempt more
 
 
+@pytest.mark.e2e
 def test_bench_discovery_command_scores_a_subset(capsys, tmp_path):
     code = main(["bench", "discovery", "--classes", "fly", "--planners", "protocol", "--oracle-n", "3000",
                  "--budget", "4000", "--jobs", "1", "--out", str(tmp_path), "--json"])

@@ -261,6 +261,7 @@ def _spawn(tmp_path: Path, *args: str, env: dict | None = None):
     return child, log
 
 
+@pytest.mark.e2e
 def test_typing_into_chat_without_an_llm(tmp_path):
     child, log = _spawn(tmp_path, "--seed", "5")
     child.expect_exact(PROMPT)
@@ -301,6 +302,7 @@ def test_typing_into_chat_without_an_llm(tmp_path):
     assert [e.text for e in events if isinstance(e, UserMessage)][-3:] == ["/findings", "/findings", "/quit"]
 
 
+@pytest.mark.e2e
 def test_typing_into_chat_with_the_stub_llm_then_replaying_it(tmp_path, capsys):
     script = [tool_reply(tool_call("measure_rate", {"caption": SNOW, "target_label": "snow leopard",
                                                     "max_n": 100}, "m1"), content="Let me measure that."),

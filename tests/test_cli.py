@@ -39,7 +39,7 @@ def test_readme_opens_with_the_two_commands_and_ci_runs_the_test_one():
     assert commands == ["make demo", "make test"]
     ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()
           if line.strip() and not line.lstrip().startswith("#")]
-    assert ci[-1] == "make test"
+    assert ci[-2:] == ["make test", "make test-e2e"]
     makefile = (ROOT / "Makefile").read_text()
     assert "sleuth investigate --class cat" in makefile.split("\ndemo:")[1].split("\n\n")[0]
 

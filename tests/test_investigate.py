@@ -28,6 +28,7 @@ def investigate(capsys, tmp_path, *args: str) -> dict:
     return json.loads(out)
 
 
+@pytest.mark.e2e
 def test_fly_investigation_confirms_the_planted_flower(capsys, tmp_path):
     out = investigate(capsys, tmp_path, "--class", "fly", "--budget", "6000")
     assert {"class", "images", "transcript", "findings"} <= set(out)

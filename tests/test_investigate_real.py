@@ -42,6 +42,7 @@ def model_flags(models: dict[str, str]) -> list[str]:
     return [x for slot, spec in models.items() for x in (f"--{slot}", spec)]
 
 
+@pytest.mark.e2e
 def test_investigate_on_tiny_real_models(models: dict[str, str], tmp_path: Path,
                                          capsys: pytest.CaptureFixture[str]) -> None:
     torch.manual_seed(0)
@@ -181,6 +182,7 @@ def test_backend_flags_to_specs_and_config(tmp_path: Path) -> None:
     json.dumps(recorded, allow_nan=False)  # goes into the transcript as is
 
 
+@pytest.mark.e2e
 def test_counterfactual_edits_on_tiny_stable_diffusion_replay_and_verify(models: dict[str, str],
                                                                         tmp_path: Path) -> None:
     """The Stable Diffusion editor in an investigation: a hypothesis caption (class prompt + ". it is on a bench.")

@@ -64,6 +64,7 @@ def test_mode_sentences() -> None:
     assert mode_sentences("a pencil sketch of a cat", cat) == ["a pencil sketch of a cat"]
 
 
+@pytest.mark.e2e
 def test_a_mitigated_finding_improves_on_fresh_seeds_and_the_weights_load_again(
         fly_result: tuple[MitigationResult, Path]) -> None:
     result, out = fly_result
@@ -134,6 +135,7 @@ def _tensors(path: Path) -> dict[str, torch.Tensor]:
         return {k: f.get_tensor(k) for k in f.keys()}
 
 
+@pytest.mark.e2e
 def test_block_training_changes_the_last_block_only_and_repeats_exactly(tmp_path: Path) -> None:
     runs = [load_run(t) for t in find_runs([FLY])]
     cfg = small(findings=["f7"], n=60, id_n=12, eval_n=30, eval_id_n=12, steps=20, train="auto")
@@ -289,6 +291,7 @@ def test_a_classifier_without_a_linear_head_is_refused(tmp_path: Path) -> None:
         LinearHead(object(), spec)
 
 
+@pytest.mark.e2e
 def test_mitigate_runs_end_to_end_on_a_real_architecture(tmp_path: Path) -> None:
     """A torchvision architecture whose checkpoint carries toyworld's label names, audited with toyworld images:
     the whole mitigation (data, training, evaluation, weights, reload check) runs through its head."""

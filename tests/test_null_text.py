@@ -91,6 +91,7 @@ def test_gradients_survive_float16(pipe: Any) -> None:
     assert float((g16 - g32).norm() / g32.norm()) < 0.05  # measured 0.012
 
 
+@pytest.mark.e2e
 def test_the_precision_check_script(pipe: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """scripts/check_null_text_precision.py, the GPU measurement docs/editing.md asks for, on the tiny model (CPU,
     float32 only here: float16 on a CPU is slow, and its gradients are checked above)."""

@@ -111,6 +111,7 @@ def assert_same_audit(run: Path, got: dict[str, Any], reference: tuple[Path, dic
         assert verify_transcript(run / c["transcript"]).ok
 
 
+@pytest.mark.e2e
 @needs_ray
 def test_a_ray_audit_on_two_workers_equals_the_local_audit(tmp_path, cluster, local_reference):
     run = tmp_path / "audit"
@@ -142,6 +143,7 @@ def test_a_ray_audit_on_two_workers_equals_the_local_audit(tmp_path, cluster, lo
     assert stable(again) == stable(got)
 
 
+@pytest.mark.e2e
 @needs_ray
 def test_a_worker_killed_mid_class_is_restarted_and_its_class_resumes_to_the_same_result(tmp_path, cluster,
                                                                                         local_reference):
@@ -172,6 +174,7 @@ def test_a_worker_killed_mid_class_is_restarted_and_its_class_resumes_to_the_sam
                      f"(pid {starts[1][1]}, attempt 2)"]
 
 
+@pytest.mark.e2e
 @needs_ray
 def test_a_worker_that_dies_more_often_than_allowed_stops_the_audit_and_resume_finishes_it(tmp_path, cluster,
                                                                                             local_reference):
@@ -220,6 +223,7 @@ def kill(pids: list[int]) -> None:
             pass
 
 
+@pytest.mark.e2e
 @needs_ray
 def test_the_driver_killed_mid_audit_resumes_with_resume_to_the_same_result(tmp_path, local_reference):
     tag = uuid.uuid4().hex
@@ -302,6 +306,7 @@ def test_without_ray_the_error_says_how_to_install_it(tmp_path, capsys, monkeypa
     assert not (tmp_path / "x").exists()
 
 
+@pytest.mark.e2e
 @needs_ray
 def test_a_worker_asking_for_a_gpu_the_cluster_lacks_is_refused(tmp_path, cluster):
     run = tmp_path / "audit"

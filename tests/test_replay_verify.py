@@ -27,6 +27,7 @@ AUDIT_FLY = COMMITTED / "audit-fly-cat" / "fly" / "transcript.jsonl"
 VOLATILE = {"ts", "hash", "prev_hash", "duration_s"}
 
 
+@pytest.mark.e2e
 def test_every_committed_transcript_verifies_and_every_conclusion_holds(capsys):
     found = sorted(COMMITTED.rglob("transcript.jsonl"))
     assert EXAMPLE in found and AUDIT_FLY in found
@@ -44,6 +45,7 @@ def test_every_committed_transcript_verifies_and_every_conclusion_holds(capsys):
         assert sum(r["by_call"].values()) == r["calls"]
 
 
+@pytest.mark.e2e
 def test_on_another_machine_a_transcript_is_equivalent_or_drifted_with_its_conclusions_held(monkeypatch, capsys):
     with another_machine(monkeypatch):
         assert main(["replay", "--verify", str(EXAMPLE), "--json"]) == 0
@@ -82,6 +84,7 @@ def _forged(lines: list[bytes]) -> bytes:
     return b"".join(forged)
 
 
+@pytest.mark.e2e
 def test_a_tampered_count_is_named_by_line_and_a_count_that_flips_a_verdict_fails(tmp_path, capsys):
     lines = AUDIT_FLY.read_bytes().split(b"\n")[:-1]
     i = _measure_line(lines)
@@ -124,6 +127,7 @@ def test_a_tampered_count_is_named_by_line_and_a_count_that_flips_a_verdict_fail
     assert changed[0]["replayed"] in ("not supported", "inconclusive")
 
 
+@pytest.mark.e2e
 def test_fork_of_the_example_at_an_early_event_with_the_protocol_planner(tmp_path, capsys):
     out = tmp_path / "fork"
     assert main(["replay", str(EXAMPLE), "--fork", "5", "--planner", "protocol", "--out", str(out), "--quiet"]) == 0
@@ -141,6 +145,7 @@ def test_fork_of_the_example_at_an_early_event_with_the_protocol_planner(tmp_pat
     assert sum(e.kind == "finding" for e in events) >= 1 and events[-1].n_findings >= 1
 
 
+@pytest.mark.e2e
 def test_fork_with_recorded_turns_reruns_a_session_without_any_model(tmp_path, capsys):
     out = tmp_path / "rerun"
     assert main(["replay", str(AUDIT_FLY), "--fork", "30", "--planner", "replay", "--out", str(out), "--quiet"]) == 0
@@ -159,6 +164,7 @@ def test_fork_with_recorded_turns_reruns_a_session_without_any_model(tmp_path, c
     assert (out / "transcript.jsonl").read_bytes().split(b"\n")[:keep] == AUDIT_FLY.read_bytes().split(b"\n")[:keep]
 
 
+@pytest.mark.e2e
 def test_fork_with_a_different_planner_setting_starts_afresh_on_the_rebuilt_state(tmp_path, capsys):
     out = tmp_path / "other"
     assert main(["replay", str(AUDIT_FLY), "--fork", "9", "--baseline-n", "300", "--out", str(out), "--quiet"]) == 0

@@ -73,6 +73,7 @@ def cut_points(events: list[Event]) -> dict[str, tuple[int, bool]]:
     }
 
 
+@pytest.mark.e2e
 def test_resume_at_each_kind_of_crash_point_equals_the_uninterrupted_run(full, tmp_path):
     s0, events, lines = full
     reference = payloads(events)

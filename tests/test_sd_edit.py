@@ -71,6 +71,7 @@ def with_prediction(pipe: Any, kind: str) -> Any:
 # -- inversion --------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.e2e
 def test_ddim_inversion_at_guidance_1_reconstructs(pipe: Any, image: np.ndarray) -> None:
     inv = invert(pipe, image, SOURCE, InversionSettings(steps=20, guidance=1.0, null_steps=0), (SIZE, SIZE))
     assert inv.nulls.dim() == 3  # one plain null embedding: nothing was optimised
@@ -81,6 +82,7 @@ def test_ddim_inversion_at_guidance_1_reconstructs(pipe: Any, image: np.ndarray)
     assert mse(inv.latent, inv.z0) > 0.5
 
 
+@pytest.mark.e2e
 def test_null_text_cuts_the_error_at_guidance_7_5(pipe: Any, image: np.ndarray, inverted: Any) -> None:
     plain = invert(pipe, image, SOURCE, FAST.model_copy(update={"null_steps": 0}), (SIZE, SIZE))
     drift = mse(reconstruct(pipe, plain), plain.z0)
@@ -92,6 +94,7 @@ def test_null_text_cuts_the_error_at_guidance_7_5(pipe: Any, image: np.ndarray, 
     assert drift > 25 * err and err < 3e-3, (drift, err)
 
 
+@pytest.mark.e2e
 def test_null_text_on_a_v_prediction_model(pipe: Any, image: np.ndarray) -> None:
     p = with_prediction(pipe, "v_prediction")
     plain = invert(p, image, SOURCE, FAST.model_copy(update={"null_steps": 0}), (SIZE, SIZE))
@@ -105,6 +108,7 @@ def test_null_text_on_a_v_prediction_model(pipe: Any, image: np.ndarray) -> None
 # -- prompt-to-prompt -------------------------------------------------------------------------------------------
 
 
+@pytest.mark.e2e
 def test_identical_prompts_reproduce_the_reconstruction(pipe: Any, inverted: Any) -> None:
     run = edit_latents(pipe, inverted, SOURCE, [Injection(0.8, 0.6), Injection(0.0, 0.0)], EditSettings())
     rec = reconstruct(pipe, inverted)
@@ -116,6 +120,7 @@ def test_identical_prompts_reproduce_the_reconstruction(pipe: Any, inverted: Any
     assert not any(isinstance(p, P2PAttnProcessor) for p in pipe.unet.attn_processors.values())
 
 
+@pytest.mark.e2e
 def test_word_swap_with_injection_stays_closer_than_regeneration(pipe: Any, inverted: Any) -> None:
     from sleuth.tools.backends.sd_edit.ddim import decode_latents
 
@@ -130,6 +135,7 @@ def test_word_swap_with_injection_stays_closer_than_regeneration(pipe: Any, inve
     assert mse(imgs[2], imgs[0]) < mse(imgs[1], imgs[0])
 
 
+@pytest.mark.e2e
 def test_local_blend_keeps_the_source_outside_the_changed_words(pipe: Any, inverted: Any) -> None:
     settings = EditSettings(edit_word_weight=1.0, local_blend=True, blend_threshold=0.6)
     run = edit_latents(pipe, inverted, SWAP, [Injection(0.8, 0.4)], settings)
@@ -152,6 +158,7 @@ def test_without_class_removes_whole_words_only() -> None:
     assert without_class("a cat-like dog", "cat") is None
 
 
+@pytest.mark.e2e
 def test_keep_class_leaves_the_class_region_as_the_source(pipe: Any, inverted: Any) -> None:
     from sleuth.tools.backends.sd_edit.regions import RegionSettings, class_region
 
@@ -175,6 +182,7 @@ def test_keep_class_leaves_the_class_region_as_the_source(pipe: Any, inverted: A
     assert 0.0 < float(both.blend_mask.mean()) < float((1 - keep).mean())
 
 
+@pytest.mark.e2e
 def test_editor_keep_class_option(pipe: Any, image: np.ndarray) -> None:
     from sleuth.tools.backends.sd_edit.editor import default_cost
 
@@ -292,6 +300,7 @@ def test_class_word_filter() -> None:
 # -- the editor and its cache ----------------------------------------------------------------------------------
 
 
+@pytest.mark.e2e
 def test_second_edit_of_an_image_reuses_its_inversion(pipe: Any, image: np.ndarray) -> None:
     editor = SDEditor(pipeline=pipe, inversion=FAST.model_copy(update={"null_steps": 5}), scorer=WordScorer(),
                       class_names=["cat", "dog"],
@@ -335,6 +344,7 @@ def test_second_edit_of_an_image_reuses_its_inversion(pipe: Any, image: np.ndarr
     assert editor.inversions_run == 2  # one pixel changed: another image, another inversion
 
 
+@pytest.mark.e2e
 def test_a_sham_edit_is_the_reconstruction_and_costs_no_sampling(pipe: Any, image: np.ndarray) -> None:
     from sleuth.tools.backends.sd_edit.ddim import decode_latents
 
@@ -365,6 +375,7 @@ def test_a_sham_edit_is_the_reconstruction_and_costs_no_sampling(pipe: Any, imag
     assert np.abs(out.image.astype(int) - again.astype(int)).max() <= 2
 
 
+@pytest.mark.e2e
 def test_inversions_persist_on_disk(inverted: Any, tmp_path: Path) -> None:
     from sleuth.tools.backends.sd_edit.cache import inversion_key
 
@@ -442,6 +453,7 @@ def test_fifty_step_inversion_numbers(pipe: Any, image: np.ndarray, kind: str) -
     assert drift > (60 if kind == "epsilon" else 20) * err, (e1, drift, err)
 
 
+@pytest.mark.e2e
 def test_an_image_the_same_weights_drew_is_edited_from_its_seed(pipe: Any, tmp_path: Path) -> None:
     """No inversion for a generated image: prompt-to-prompt starts from the seed's noise, its source row redraws
     the image, and the sham (caption unchanged) is that redraw. Anything else is inverted."""

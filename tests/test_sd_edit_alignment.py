@@ -88,6 +88,7 @@ def pipe(folder: Path) -> Any:
     return tiny_sd(folder)
 
 
+@pytest.mark.e2e
 def test_editing_at_guidance_1(pipe: Any) -> None:
     """Guidance 1 runs no unconditional half: the attention control must not split the batch in two."""
     image = tiny_image(pipe, "a photo of a cat on the grass", seed=1)

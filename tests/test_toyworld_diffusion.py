@@ -167,6 +167,7 @@ def test_training_writes_standard_folders(trained: tuple[Path, dict[str, Any]]) 
     assert images.shape == (1, 64, 64, 3)
 
 
+@pytest.mark.e2e
 def test_resume_trains_only_the_offset_stage(trained: tuple[Path, dict[str, Any]], world: Any,
                                              tmp_path: Path) -> None:
     """A run resumed from an earlier run without the offset stage trains only that stage, and gives the UNet a
@@ -257,6 +258,7 @@ def test_diffusion_check_on_the_tiny_model(trained: tuple[Path, dict[str, Any]],
     assert psnr(a, a + 1) == pytest.approx(48.13, abs=0.01)
 
 
+@pytest.mark.e2e
 def test_world_check_diffusion_command(trained: tuple[Path, dict[str, Any]],
                                        capsys: pytest.CaptureFixture[str]) -> None:
     import json
@@ -277,6 +279,7 @@ def test_world_check_diffusion_command(trained: tuple[Path, dict[str, Any]],
 
 
 
+@pytest.mark.e2e
 def test_the_packaged_models_draw_the_world(world: Any) -> None:
     """The shipped toyworld-sd, through the specs, draws classes the world's classifier recognises and the
     backgrounds its prompts name; toyworld-clip matches those images to their class.
@@ -312,6 +315,7 @@ def test_the_packaged_models_draw_the_world(world: Any) -> None:
     assert right >= 0.3 * len(labels), f"{right}/{len(labels)}"
 
 
+@pytest.mark.e2e
 def test_the_packaged_editor_keeps_the_class_region(world: Any) -> None:
     """``sd-edit:toyworld-sd`` keeps the class region by default, and on renders that region covers the object.
 

@@ -42,6 +42,7 @@ def test_shipped_weights_match_the_packaged_configs() -> None:
         assert find_weights(world) == shipped_path(world), f"{name}: shipped weights are stale; retrain them"
 
 
+@pytest.mark.e2e
 def test_shipped_classifier_has_the_planted_bugs() -> None:
     report = Oracle(WORLD).check(n=1000, seed=9_000_000)
     check_properties(report, subtle_hi=6.0)
@@ -63,6 +64,7 @@ def test_oracle_manifest_and_failure_rate() -> None:
     assert kp < k / 2
 
 
+@pytest.mark.e2e
 def test_world_check_cli_json(capsys) -> None:
     assert main(["world", "check", "--json", "--n", "200"]) == 0
     out = json.loads(capsys.readouterr().out)

@@ -8,15 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from sleuth.agent.config import PlannerConfig
 from sleuth.agent.runner import Planner
 from sleuth.tools.defaults import ALPHA, BASELINE_N, MAX_CONFIRMATIONS
 from sleuth.tools.designs import ConfirmationDesign
-
-if TYPE_CHECKING:
-    from sleuth.agent.session import Session
 
 Mode = Literal["investigate", "chat"]
 LEAN_BASELINE_N = 300
@@ -34,8 +31,6 @@ class PlanFor:
     seed: int = 0
     alpha: float = ALPHA
     mode: Mode = "investigate"
-    session: Session | None = None
-    """The run the planner plans for: an LLM planner reads its images and lends its model to the tools."""
     confirmations: int = MAX_CONFIRMATIONS
     """The declared confirmation attempts (each tested at alpha / this)."""
     designs: tuple[ConfirmationDesign, ...] | None = None
@@ -102,7 +97,7 @@ def _random(c: PlannerConfig, p: PlanFor) -> Planner:
 
 
 def _llm(c: PlannerConfig, p: PlanFor) -> Planner:
-    from sleuth.agent.llm import LLMClient, tool_llm
+    from sleuth.agent.llm import LLMClient
     from sleuth.agent.llm.context import ContextConfig
     from sleuth.agent.planners.llm import LLMPlanner
     from sleuth.tools import investigation_tools
@@ -112,9 +107,6 @@ def _llm(c: PlannerConfig, p: PlanFor) -> Planner:
     planner = LLMPlanner(client, investigation_tools(), label=p.label, class_prompt=p.class_prompt, labels=p.labels,
                          budget=p.budget, alpha=p.alpha, mode=p.mode, confirmations=p.confirmations,
                          context=ContextConfig(max_tokens=c.context_tokens, sees_images=c.sees_images))
-    if p.session is not None:
-        planner.artifacts = p.session.artifacts
-        p.session.ctx.llm = tool_llm(client)
     return planner
 
 
