@@ -19,11 +19,15 @@ def signatures() -> dict[str, list[str]]:
     return {name: [a.strip() for a in args.split(",") if a.strip()] for name, args in SIGNATURE.findall(text)}
 
 
+TOOLS = ("caption_failures", "edit_image", "finish", "generate_and_classify", "measure_rate", "perturb_caption",
+         "record_finding")
+
+
 def test_every_tool_is_in_the_guide():
-    assert set(signatures()) == set(default_registry().names())
+    assert set(signatures()) == set(default_registry().names()) == set(TOOLS)
 
 
-@pytest.mark.parametrize("name", sorted(default_registry().names()))
+@pytest.mark.parametrize("name", TOOLS)
 def test_the_guide_lists_each_argument_as_the_schema_defines_it(name):
     args = importlib.import_module(f"sleuth.tools.{name}").Args
     expected = [f + ("" if field.is_required() else "?") for f, field in args.model_fields.items()]
