@@ -22,7 +22,9 @@ from sleuth.agent.planners.anytime import (
 from sleuth.agent.planners.lean import LeanPlanner
 from sleuth.agent.planners.screening import content_key
 from sleuth.agent.transcript import read_transcript
+from sleuth.tools import measure_rate, stats
 from sleuth.tools.caption_failures import Hypothesis
+from sleuth.tools.common import Confusion, SampleSummary
 from tests.fakeworld import fake_backends, new_session, unrendered
 
 CAT = "a realistic photograph of a cat"
@@ -115,7 +117,7 @@ def test_nothing_to_find_spends_the_passes_and_says_so(tmp_path):
     assert {n for p, n in per_caption.items() if unrendered(p)} == {PASSES[0].ladder[0]}
 
 
-@pytest.mark.parametrize("budget", [400, 700, 1000, 1500, 2000, 2500])
+@pytest.mark.parametrize("budget", [400, 700, 1000, 1200, 1500, 2000])
 def test_a_tight_budget_is_never_overrun_and_the_stop_says_so(tmp_path, budget):
     session, result, events = run(tmp_path, AnytimePlanner("cat", CAT, budget=budget), budget=budget)
     # The planner asks only for what it can pay (the baseline's top-up included) and ends with its answer.
@@ -198,6 +200,31 @@ def test_another_phrasing_of_a_finding_waits_and_a_different_idea_is_confirmed()
     assert planner._repeats(stray, [finding])
     rocks = Idea(frozenset({"it is on the rocks"}), "it is on the rocks")
     assert not planner._repeats(Candidate("a cat on a stone", "caption", target="fox", idea=rocks), [finding])
+
+
+def test_a_finding_that_fails_as_several_labels_claims_each_it_often_fails_as():
+    """Rooms of a house the classifier never saw fail as fly, dog and cat alike: a second room whose screen failed as
+    dog is the same finding when dog holds a fair share of the first room's failures, and not when it holds less than
+    OTHER_SHARE of them."""
+    planner = AnytimePlanner("shark", "a realistic photograph of a shark")
+    indoors = Idea(frozenset({"it is indoors"}), "it is indoors")
+
+    def tested(k: int, **labels: int) -> measure_rate.Result:
+        return measure_rate.Result(
+            test_id="t", caption="c", purpose="discovery", mode="sample", baseline=stats.binomial_rate(0, 300),
+            p_value=0.0, adjusted_p=0.0, family_size=1, adjust_method="holm", verdict="supported",
+            hypothesis=SampleSummary(prompt="p", failures=stats.binomial_rate(k, 30), seeds=(0, 29),
+                                     confusions=[Confusion(label=lab, count=c) for lab, c in labels.items()]))
+
+    bathroom = Candidate("a shark in a bathroom", "background", idea=indoors)
+    finding = Found(bathroom, tested(27, fly=12, dog=9, cat=4, crayfish=2), tested(26, fly=10, dog=7, cat=6,
+                                                                                      crayfish=3), "fly")
+    assert finding.labels() == Counter({"fly": 22, "dog": 16, "cat": 10, "crayfish": 5})
+    bedroom = Candidate("a shark in a bedroom", "background", idea=indoors, confusions=Counter({"dog": 3}))
+    assert planner._repeats(bedroom, [finding]) and finding.phrasings == ["a shark in a bedroom"]
+    # crayfish: 5 of 53 failures (9%), under OTHER_SHARE: a failure of its own.
+    kitchen = Candidate("a shark in a kitchen", "background", idea=indoors, confusions=Counter({"crayfish": 3}))
+    assert not planner._repeats(kitchen, [finding]) and kitchen.state != "other"
 
 
 def test_tests_go_surest_first_discounted_by_their_wrong_labels_and_kinds_findings():

@@ -150,3 +150,42 @@ def test_the_first_attempt_may_declare_every_attempts_sizes(tmp_path):
         call(ctx, "measure_rate", caption=NULL, confirm=True, max_n=300, first_n=30,
              designs=[{"first_n": 30, "max_n": 300, "attempts": 1}, {"first_n": 100, "max_n": 1600, "attempts": 2}])
     assert call(ctx, "measure_rate", caption=NULL, confirm=True, max_n=800, first_n=50).family_size == 3
+
+
+def test_a_declared_spending_is_every_attempts_and_a_discovery_test_uses_its_own(tmp_path):
+    """Pocock spending, declared with the sizes before the baseline, is what each attempt is tested at, whatever a
+    later call asks; its thresholds come earlier than O'Brien-Fleming's and still sum to the attempt's level."""
+    designs = [ConfirmationDesign(first_n=30, max_n=300, attempts=2, spending="pocock")]
+    ctx = context(tmp_path, confirmation_designs=designs)
+    inv = ctx.investigation
+    r = call(ctx, "measure_rate", caption=NULL, confirm=True, max_n=300, first_n=30, spending="obrien-fleming")
+    assert any("Pocock spending" in n for n in r.notes)
+    pocock = stats.default_plan(300, first=30, alpha=ALPHA / 2, spending="pocock")
+    obf = stats.default_plan(300, first=30, alpha=ALPHA / 2)
+    assert pocock.looks == obf.looks == [30, 60, 120, 300]
+    assert sum(pocock.thresholds()) == pytest.approx(ALPHA / 2) and pocock.thresholds()[0] > 50 * obf.thresholds()[0]
+    t = inv.test(r.test_id)
+    ps = [float(stats.fisher_p_greater(k, n, t.k0, t.n0)) for k, n in looks_of(inv, r)]
+    assert t.p_value == pytest.approx(pocock.overall_p_value(ps), rel=1e-9)
+    assert pocock.overall_p_value(ps) != pytest.approx(obf.overall_p_value(ps), rel=1e-3)
+    # A discovery test is tested at the spending its call names.
+    d = call(ctx, "measure_rate", caption=NULL, max_n=400, first_n=50, spending="pocock")
+    t = inv.test(d.test_id)
+    plan = stats.default_plan(400, first=50, alpha=ALPHA / 1, spending="pocock")
+    ps = [float(stats.fisher_p_greater(k, n, t.k0, t.n0)) for k, n in looks_of(inv, d)]
+    assert t.p_value == pytest.approx(plan.overall_p_value(ps), rel=1e-9)
+
+
+def test_a_futility_rate_stops_a_weak_caption_early_and_never_a_strong_one(tmp_path):
+    """The least rate worth pursuing ends a caption that surely fails less often, not supported, at an early look; a
+    caption far above it runs as without it, to the same p-value."""
+    ctx = context(tmp_path, max_confirmations=4)
+    weak = call(ctx, "measure_rate", caption=NULL, max_n=800, first_n=50, futility_rate=0.3)
+    assert weak.stopped == "futility" and weak.verdict == "not supported" and weak.looks == [50]
+    assert weak.hypothesis is not None and stats.binomial_rate(weak.hypothesis.failures.k, 50).high < 0.3
+    assert any("stopped for futility at n=50" in n for n in weak.notes)
+    # At 3% the same caption is not surely under the rate asked for at 50 images, so it goes on.
+    on = call(ctx, "measure_rate", caption=NULL, max_n=100, first_n=50, futility_rate=0.03)
+    assert on.stopped != "futility" and on.looks == [50, 100]
+    strong = call(ctx, "measure_rate", caption=SNOW, max_n=400, first_n=50, futility_rate=0.3)
+    assert strong.stopped == "success" and strong.verdict == "supported"

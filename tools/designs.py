@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 if TYPE_CHECKING:
     from sleuth.tools.stats import SequentialPlan
+
+Spending = Literal["obrien-fleming", "pocock"]
+"""How a sequential test spreads its alpha over its looks (tools/stats/sequential.py)."""
 
 
 class ConfirmationDesign(BaseModel):
@@ -19,6 +22,10 @@ class ConfirmationDesign(BaseModel):
     first_n: int = Field(ge=10, le=2000, description="Images at the first look.")
     max_n: int = Field(ge=20, le=5000, description="Most images of an attempt.")
     attempts: int = Field(ge=1, le=100, description="Attempts of the declared family made with these sizes.")
+    spending: Spending = Field(
+        "obrien-fleming", description="How an attempt's alpha is spread over its looks: 'obrien-fleming' keeps nearly "
+                                      "all of it for the last look; 'pocock' spends it more evenly, so that clear "
+                                      "effects stop at an early look.")
 
     @property
     def key(self) -> tuple[int, int]:
@@ -27,7 +34,8 @@ class ConfirmationDesign(BaseModel):
     def plan(self, alpha: float) -> SequentialPlan:
         from sleuth.tools.stats import default_plan  # scipy: only when a test is planned, not at start-up
 
-        return default_plan(self.max_n, first=self.key[0], alpha=alpha)
+        return default_plan(self.max_n, first=self.key[0], alpha=alpha, spending=self.spending)
 
     def text(self) -> str:
-        return f"first look {self.key[0]}, at most {self.max_n} images"
+        shape = "" if self.spending == "obrien-fleming" else f", {self.spending.capitalize()} spending"
+        return f"first look {self.key[0]}, at most {self.max_n} images{shape}"

@@ -19,7 +19,7 @@ from sleuth.tools.backends.base import Backends, Generation, LabelSpace
 from sleuth.tools.backends.criteria import failed as failed_by_criterion
 from sleuth.tools.cache import Prediction, PredictionCache
 from sleuth.tools.defaults import ALPHA, BUDGET, BUDGET_EXHAUSTED, MAX_CONFIRMATIONS
-from sleuth.tools.designs import ConfirmationDesign
+from sleuth.tools.designs import ConfirmationDesign, Spending
 from sleuth.tools.findings import Finding
 from sleuth.tools.registry import ToolError
 
@@ -346,14 +346,16 @@ class Investigation:
         return self.alpha / self.max_confirmations
 
     def confirmation_design(self, first_n: int, max_n: int, *, caption: str = "", baseline_n: int = 0,
-                            designs: Sequence[ConfirmationDesign] | None = None) -> ConfirmationDesign:
+                            designs: Sequence[ConfirmationDesign] | None = None,
+                            spending: Spending = "obrien-fleming") -> ConfirmationDesign:
         """The declared design an attempt of these sizes uses, or a ToolError naming the designs left.
 
         Called before the attempt draws anything. Without declared designs, the first attempt declares its sizes
         for the whole family: it is made before the confirmation baseline is drawn (that attempt draws it). With a
         ``family``, the attempt is also entered in the ledger its forks share (``caption`` and ``baseline_n`` name
         it: the same call in the same state draws the same images, so a re-run of it is not another attempt).
-        ``designs``: the family's sizes, declared by the first attempt (before it draws the baseline)."""
+        ``designs``: the family's sizes, declared by the first attempt (before it draws the baseline); without them
+        the first attempt's sizes and ``spending`` serve every attempt."""
         self.confirmation_alpha()
         key = (min(first_n, max_n), max_n)
         if self.legacy_confirmations:
@@ -373,7 +375,7 @@ class Investigation:
                 self._declared_by_first_attempt = True
         if self.confirmation_designs is None:
             self.confirmation_designs = [ConfirmationDesign(first_n=key[0], max_n=max_n,
-                                                            attempts=self.max_confirmations)]
+                                                            attempts=self.max_confirmations, spending=spending)]
             self._declared_by_first_attempt = True
         ledger = self._ledger_key()
         used: dict[tuple[int, int], int]

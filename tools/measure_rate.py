@@ -20,6 +20,7 @@ from sleuth.tools.common import SampleSummary, investigation, sample_line, summa
 from sleuth.tools.context import ToolContext
 from sleuth.tools.counterfactual import Flip, counterfactual_pairs, counterfactual_size, mcnemar_text, paired_counts
 from sleuth.tools.defaults import BASELINE_N, FIRST_N
+from sleuth.tools.designs import Spending
 from sleuth.tools.investigation import (
     ConfirmationDesign,
     Investigation,
@@ -48,6 +49,13 @@ class Args(BaseModel):
     first_n: int = Field(FIRST_N, ge=10, le=2000, description="Images at the first look.")
     baseline_n: int = Field(BASELINE_N, ge=50, le=20_000,
                             description="Least baseline size (class prompt, same seed space).")
+    futility_rate: float | None = Field(None, gt=0.0, lt=1.0, description=(
+        "Stop early, not supported, once the upper end of the caption's failure rate (95% Wilson) falls below this "
+        "rate: the least effect worth pursuing. It only takes rejections away, so the test keeps its level."))
+    spending: Spending = Field("obrien-fleming", description=(
+        "How the test spreads its alpha over its looks: 'obrien-fleming' keeps nearly all of it for the last look (the "
+        "most power at max_n); 'pocock' spends it more evenly, so that a clear effect stops at an early look for fewer "
+        "images. A confirmation uses its declared design's (the first attempt's, when it declares no designs)."))
     designs: list[ConfirmationDesign] | None = Field(None, description=(
         "confirm=true, first attempt only: the sizes every confirmation attempt may use, each with its share of the "
         "declared attempts (they must add up to them). Fixed before the confirmation baseline is drawn. Default: "
@@ -146,7 +154,7 @@ def _sequential(inv: Investigation, args: Args, purpose: Purpose) -> Result:
     else:
         level = inv.alpha / (1 + sum(t.purpose == "discovery" for t in inv.tests))
     design = (inv.confirmation_design(args.first_n, args.max_n, caption=args.caption, baseline_n=args.baseline_n,
-                                      designs=args.designs)
+                                      designs=args.designs, spending=args.spending)
               if purpose == "confirmation" else None)
     # Sizes fixed before the baseline is seen are what keeps a confirmation valid; so is a budget stop without the
     # unspent alpha, since the budget left is the planner's to steer (tools/stats/__init__.py).
@@ -155,7 +163,8 @@ def _sequential(inv: Investigation, args: Args, purpose: Purpose) -> Result:
     if design is not None:
         plan = design.plan(level)
     else:
-        plan = stats.default_plan(args.max_n, first=min(args.first_n, args.max_n), alpha=level)
+        plan = stats.default_plan(args.max_n, first=min(args.first_n, args.max_n), alpha=level,
+                                  spending=args.spending)
     sample = None
     p_values: list[float] = []
     looks: list[int] = []
@@ -178,6 +187,10 @@ def _sequential(inv: Investigation, args: Args, purpose: Purpose) -> Result:
         declared_final = final
         if decision.action != "continue":
             stopped = decision.action
+            break
+        if args.futility_rate is not None and j + 1 < len(plan.looks) and \
+                stats.binomial_rate(sample.k, sample.n).high < args.futility_rate:
+            stopped = "futility"
             break
         if final:
             stopped = "budget"
@@ -204,6 +217,10 @@ def _sequential(inv: Investigation, args: Args, purpose: Purpose) -> Result:
         if effect.low < 1.0:
             notes.append(f"barely past its threshold: corrected for being selected, the effect is {effect.ratio:.3g}x "
                          f"[{effect.low:.3g}, {effect.high:.3g}]; the excess may be mostly the selection's")
+    if stopped == "futility" and args.futility_rate is not None:
+        notes.append(f"stopped for futility at n={sample.n}: the 95% upper end of its failure rate, "
+                     f"{100 * stats.binomial_rate(sample.k, sample.n).high:.3g}%, is below the "
+                     f"{100 * args.futility_rate:.3g}% asked for")
     if fixed:
         assert design is not None
         notes.append(f"sizes fixed before the confirmation baseline was drawn: {design.text()} (looks at "

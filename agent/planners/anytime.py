@@ -53,7 +53,7 @@ from sleuth.agent.runner import Turn
 from sleuth.tools import caption_failures, generate_and_classify, measure_rate, perturb_caption, record_finding
 from sleuth.tools.common import SampleSummary
 from sleuth.tools.defaults import ALPHA, MAX_CONFIRMATIONS
-from sleuth.tools.designs import ConfirmationDesign
+from sleuth.tools.designs import ConfirmationDesign, Spending
 from sleuth.tools.stats import RatioCI
 
 
@@ -115,6 +115,12 @@ NAMED = 5
 KIND_LATER = 2
 """Findings of one kind of cause failing as one wrong label after which further such candidates wait for the end of
 the pass: a third colour that fails as the same label is worth less than the first test of another kind."""
+OTHER_SHARE = 0.2
+SPENDING: Spending = "pocock"
+"""Tests and confirmations spread their alpha evenly over their looks: most candidates a screen singles out fail far
+above the class, and stop at an early look for a third to a half of the images O'Brien-Fleming spending needs, at
+about a point of power at the last look (docs/planner.md)."""
+"""A wrong label under this share of a finding's failures is not one it fails as (``fails_otherwise``)."""
 
 
 def effect(conf: measure_rate.Result) -> RatioCI | None:
@@ -136,7 +142,8 @@ def pass_designs(passes: tuple[Target, ...], m: int, budget: int | None = None) 
     if sum(keys.values()) >= m:
         keys = dict.fromkeys(keys, 0)
     keys[first] = m - sum(keys.values())
-    return [ConfirmationDesign(first_n=f, max_n=n, attempts=a) for (f, n), a in keys.items() if a > 0]
+    return [ConfirmationDesign(first_n=f, max_n=n, attempts=a, spending=SPENDING) for (f, n), a in keys.items()
+            if a > 0]
 
 
 def posterior(k: int, n: int, p0: float) -> tuple[float, float]:
@@ -224,14 +231,21 @@ class Candidate:
         return self.confusions.most_common(1)[0][0] if self.confusions else None
 
 
-def fails_otherwise(c: Candidate, label: str | None) -> bool:
-    """Whether most of a candidate's failures (two or more) go to a wrong label other than ``label``."""
-    if label is None:
-        return False
+def fails_otherwise(c: Candidate, f: Found) -> bool:
+    """Whether most of a candidate's failures (two or more) go to a wrong label that few of a finding's failures go to
+    (under OTHER_SHARE of them): a failure of its own, whatever its captions share. A finding whose failures spread
+    over several wrong labels (a scene the classifier knows nothing of) claims each label it often fails as."""
     if c.target:
-        return c.target != label
-    top = c.confusions.most_common(1)
-    return bool(top) and top[0][0] != label and top[0][1] >= 2 and 2 * top[0][1] > sum(c.confusions.values())
+        top = c.target
+    else:
+        most = c.confusions.most_common(1)
+        if not most or most[0][1] < 2 or 2 * most[0][1] <= sum(c.confusions.values()):
+            return False
+        top = most[0][0]
+    labels = f.labels()
+    if not labels:
+        return f.label is not None and top != f.label
+    return labels[top] < OTHER_SHARE * sum(labels.values())
 
 
 def _named(cands: list[Candidate], p0: float) -> str:
@@ -257,6 +271,15 @@ class Found:
     confirmation: measure_rate.Result
     label: str | None
     phrasings: list[str] = field(default_factory=list)
+
+    def labels(self) -> Counter[str]:
+        """The wrong labels its discovery and confirmation images failed as."""
+        out: Counter[str] = Counter()
+        for r in (self.discovery, self.confirmation):
+            summary = getattr(r, "hypothesis", None)
+            for x in summary.confusions if summary is not None else []:
+                out[x.label] += x.count
+        return out
 
 
 class AnytimePlanner(ScriptPlanner):
@@ -314,7 +337,12 @@ class AnytimePlanner(ScriptPlanner):
 
     def measure(self, caption: str, target: str | None, t: Target, **arguments: object) -> ToolCall:
         return self.call("measure_rate", caption=caption, target_label=target, baseline_n=self._base_n(t),
-                         **arguments)
+                         spending=SPENDING, futility_rate=self._futility(t), **arguments)
+
+    def _futility(self, t: Target) -> float:
+        """A test or confirmation stops, not supported, once its failure rate is surely under what pass ``t`` looks
+        for: a weaker effect is looked for again, on more images, by a later pass."""
+        return round(t.worth(self._p0), 4)
 
     def _design(self, t: Target) -> ConfirmationDesign | None:
         """The declared sizes for a confirmation in pass ``t``: its own while they have attempts left, else another
@@ -551,7 +579,7 @@ class AnytimePlanner(ScriptPlanner):
                     continue
                 supported += 1
                 yield from self._read(c, r)
-                if any(c.idea.same(f.candidate.idea) and not fails_otherwise(c, f.label) for f in found):
+                if any(c.idea.same(f.candidate.idea) and not fails_otherwise(c, f) for f in found):
                     continue  # its own failures read as a finding's idea too
                 f = yield from self._confirm(c, r, t)
                 if f is not None:
@@ -676,10 +704,11 @@ class AnytimePlanner(ScriptPlanner):
 
     def _repeats(self, c: Candidate, found: list[Found]) -> bool:
         """Another phrasing of a finding (the same idea, or every content word of a finding's caption and more,
-        failing as the same wrong label): it waits for the end, and the finding lists it. One whose failures go
-        mostly to another wrong label fails in a way of its own, whatever its captions share."""
+        failing as a wrong label the finding fails as): it waits for the end, and the finding lists it. One whose
+        failures go mostly to a label the finding seldom fails as fails in a way of its own, whatever its captions
+        share."""
         for f in found:
-            if fails_otherwise(c, f.label):
+            if fails_otherwise(c, f):
                 continue
             if c.idea.same(f.candidate.idea) or content_key(f.candidate.caption) <= content_key(c.caption):
                 f.phrasings.append(c.caption)
@@ -697,6 +726,7 @@ class AnytimePlanner(ScriptPlanner):
             "confirm it now, on fresh seeds disjoint from every image so far.",
             self.call("measure_rate", caption=c.caption, target_label=target, confirm=True, max_n=design.max_n,
                       first_n=design.first_n, baseline_n=self.confirmation_baseline(),
+                      futility_rate=self._futility(t),
                       # The first attempt declares every pass's sizes, before it draws the confirmation baseline.
                       **({} if self._confirmed_once else {"designs": [d.model_dump() for d in self.designs]})),
         )

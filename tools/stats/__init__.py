@@ -47,17 +47,18 @@ The design: discovery is a screen, and the guarantee comes from confirmation alo
   given k0: against a baseline in its lower tail (80/2,000 at a true 5%) a null attempt of 1,600 images rejects 5.1%
   of the time at a level of 0.5%. So a planner that reads k0 (every result prints it) and then picks an attempt's sizes
   could pick, for each k0, the sizes most likely to reject (exact: 5.7% over 10 attempts at alpha 5%). Hence an
-  attempt's design (first look, most images, and so its looks and thresholds) is one of the *declared designs*, fixed
-  before the baseline is drawn: in the run config (`confirmation_designs`, each with its number of attempts, summing
-  to M) or by the first attempt (its `designs`, or else its own sizes for all M attempts), which is made before it
-  draws the baseline. Any other sizes are refused, as is an attempt beyond its design's share.
+  attempt's design (first look, most images, alpha spending, and so its looks and thresholds) is one of the *declared
+  designs*, fixed before the baseline is drawn: in the run config (`confirmation_designs`, each with its number of
+  attempts, summing to M) or by the first attempt (its `designs`, or else its own sizes for all M attempts), which is
+  made before it draws the baseline. Any other sizes are refused, as is an attempt beyond its design's share.
 - *Proof sketch.* Number the declared attempts s = 1..M (slots), slot s with design d_s, fixed before k0 is drawn.
   Attempt i uses a slot s(i) of the planner's choosing, never used before, chosen by any rule from all data so far
   (k0 included); its null H_i says the caption fails no more often than the class. Let r_d(k0) be the probability,
   given k0, that design d rejects a null sampled on fresh seeds (at most its value for a caption failing exactly as
   often as the class: the rejection region grows with the hypothesis failures). Given the past, attempt i's images
   are fresh, so P(attempt i falsely rejects | past) <= r_{d_s(i)}(k0) (the union bound over the plan's looks, with
-  futility stops only removing rejections). Each slot is used at most once, so
+  futility stops, whatever rule or rate the planner sets them by, only removing rejections). Each slot is used at
+  most once, so
   P(any false finding) <= E[sum_i r_{d_s(i)}(k0)] <= E[sum_{s=1..M} r_{d_s}(k0)] = sum_s E[r_{d_s}(k0)] <= M alpha/M
   = alpha, since each d_s is fixed, so E[r_{d_s}(k0)] is the unconditional level of a fixed sequential Fisher test,
   at most its alpha / M. The planner's choices (which caption, which slot, whether to stop, repeat or skip) only

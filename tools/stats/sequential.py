@@ -148,8 +148,10 @@ class SequentialPlan(BaseModel):
                                   reason=f"{at}: p = {p:.3g} > {threshold:.3g}; {tail}")
 
 
-def default_plan(max_n: int, first: int = 50, alpha: float = 0.05) -> SequentialPlan:
-    """O'Brien–Fleming plan with looks doubling from `first` up to `max_n` (e.g. 50, 100, 200, 400 for 400)."""
+def default_plan(max_n: int, first: int = 50, alpha: float = 0.05,
+                 spending: Spending = "obrien-fleming") -> SequentialPlan:
+    """A plan with looks doubling from `first` up to `max_n` (e.g. 50, 100, 200, 400 for 400), O'Brien–Fleming spending
+    unless another is named."""
     max_n, first = check_count("max_n", max_n), check_count("first", first)
     if max_n < 1 or first < 1:
         raise ValueError(f"need max_n >= 1 and first >= 1, got max_n={max_n}, first={first}")
@@ -161,4 +163,4 @@ def default_plan(max_n: int, first: int = 50, alpha: float = 0.05) -> Sequential
     # A last step much smaller than the look before it adds little information but still takes a share of alpha.
     if looks and max_n < 1.5 * looks[-1]:
         looks.pop()
-    return SequentialPlan(looks=[*looks, max_n], alpha=alpha)
+    return SequentialPlan(looks=[*looks, max_n], alpha=alpha, spending=spending)
