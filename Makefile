@@ -27,7 +27,7 @@ test-e2e: $(STAMP)
 ## lint: ruff and mypy (clean on main; CI runs them before the tests)
 lint: $(STAMP)
 	$(BIN)/ruff check agent tools tests scripts transcripts sleuth
-	$(BIN)/mypy
+	$(BIN)/python scripts/typecheck.py
 
 ## test-all: every tier, the slow tests too (long training, real checkpoints)
 test-all: $(STAMP)

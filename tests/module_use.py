@@ -59,7 +59,7 @@ class ModuleUse:
         self.files = {str(p) for p in modules.values()}
         self.to_run = {str(p) for p in modules.values() if defines_functions(p)}
         self._module_file: dict[str, str] = {}
-        """A code file's module file, or "" (code files name sleuth/'s links to the folders, module files do not)."""
+        """A code file's module file, or "" (module files are resolved, a code file's path may pass through a link)."""
         self.ran: set[str] = set()
         self.imported: set[str] = set()
         self.missing: list[str] = []
