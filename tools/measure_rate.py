@@ -11,6 +11,7 @@ exact McNemar test: evidence that the captioned attribute itself causes the fail
 
 from __future__ import annotations
 
+import math
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -214,7 +215,11 @@ def _sequential(inv: Investigation, args: Args, purpose: Purpose) -> Result:
         # its planned size, images the generator could not make, is not in the plan's sample space: no estimate.)
         effect = stats.conditional_effect(plan, sample.k, len(looks) - 1, base.k, base.n)
         test.effect = effect
-        if effect.low < 1.0:
+        if math.isnan(effect.ratio):  # the only split of these failures that rejects at this look
+            notes.append("barely past its threshold: no other split of these failures between it and the baseline "
+                         "rejects at this look, so corrected for being selected there is no estimate of the effect, "
+                         f"only its interval [{effect.low:.3g}, {effect.high:.3g}]")
+        elif effect.low < 1.0:
             notes.append(f"barely past its threshold: corrected for being selected, the effect is {effect.ratio:.3g}x "
                          f"[{effect.low:.3g}, {effect.high:.3g}]; the excess may be mostly the selection's")
     if stopped == "futility" and args.futility_rate is not None:

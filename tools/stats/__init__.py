@@ -94,17 +94,21 @@ The design: discovery is a screen, and the guarantee comes from confirmation alo
   of the discovery's selection, not of its own: a finding is recorded only when its confirmation rejects, and a
   sequential confirmation stops at the first look that rejects, so among recorded findings the naive ratio
   (k1/n1)/(k0/n0) overstates the effect (at a true 2x its median is 2.8x with the protocol's first design). The
-  confirmation therefore also reports `effect` (`stats.conditional_effect`, module `selection`): the ratio that puts
-  the observed naive ratio at the median of its distribution given that the plan rejected (exact over baseline
-  counts, stopping looks and hypothesis counts; the baseline rate profiled), with the 2.5% and 97.5% points as its
-  interval. Measured over 10,000 simulated attempts each (tests/test_selection.py; designs 30-300 images against 300
-  and 50-800 against 500, class rate 5%, alpha/16): at a true 2x the median corrected estimate is 1.94x and 1.98x
-  (naive 2.82x and 2.20x), coverage among recorded findings 98.0% [97.4%, 98.4%] and 97.7% [97.3%, 98.0%]; at 3x,
-  2.99x and 2.99x (naive 3.14x and 3.02x), coverage 95.5% [95.1%, 95.9%] and 95.8% [95.4%, 96.2%]. It is median-
-  unbiased, not concentrated: a confirmation barely past its threshold is mostly explained by its selection, and
-  gets an estimate near 0.4x with a wide interval (at a true 2x, 29% and 13% of recorded findings with the two
-  designs get one below 1x; 6% at 3x); the result says so. The protocol planner ranks findings by the lower bound
-  of that interval.
+  confirmation therefore also reports `effect` (`stats.conditional_effect`, module `selection`), conditioned on the
+  look it stopped at and on the failures of both samples in all: given those, the baseline rate drops out and the
+  hypothesis count's distribution among the splits that reject first at that look (enumerated exactly over the
+  plan's looks) depends on the odds ratio alone. The estimate is that distribution's mid-p median, the interval's
+  ends its exact 2.5% and 97.5% points (for the odds ratio, coverage at least 95% given the selection, whatever the
+  class rate), all three as rate ratios, the ends widened over the baseline rate's exact interval. Measured over
+  10,000 simulated attempts each (tests/test_selection.py; designs 30-300 images against 300 and 50-800 against
+  500, class rate 5%, alpha/16): at a true 2x the median corrected estimate is 1.93x and 1.99x (naive 2.82x and
+  2.20x), coverage among recorded findings 98.8% [98.4%, 99.2%] and 98.5% [98.2%, 98.8%]; at 3x, 2.99x and 3.00x
+  (naive 3.14x and 3.02x), coverage 98.5% [98.2%, 98.7%] and 98.4% [98.1%, 98.6%]. It is
+  median-unbiased, not concentrated: a confirmation with the fewest failures that reject at its look, for its
+  failures in all, is mostly explained by its selection, and gets an interval from 0 and often an estimate below
+  1x (at a true 2x, 35% and 18% of recorded findings with the two designs get one, all of them such confirmations;
+  7% at 3x); the result says so. The protocol
+  planner ranks findings by the lower bound of that interval.
 - *p-values* are exact under the binomial sampling model of images drawn independently from the generator (i.i.d.
   seeds); terminal and report show them floored at 1e-6 ("< 1e-6"), since smaller values only restate that model.
 
