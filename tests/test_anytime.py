@@ -316,3 +316,12 @@ def test_candidates_that_waited_are_tested_before_the_pass_ends(tmp_path, monkey
     waited = [i for i, s in enumerate(said) if "waited because findings of their kind already fail as their" in s]
     assert waited and any(s.startswith("Testing on fresh seeds") for s in said[waited[0]:])
     assert result.status == "completed" and "snow" in final(events)
+
+
+def test_strong_effects_are_tested_with_early_stops_and_weak_ones_with_power_at_the_last_look():
+    designs = anytime.pass_designs(PASSES, 80, 20_000)
+    assert [(d.key, d.spending, d.attempts) for d in designs] == [
+        ((30, 300), "pocock", 48), ((50, 800), "obrien-fleming", 16), ((100, 2000), "obrien-fleming", 16)]
+    planner = AnytimePlanner("cat", CAT)
+    assert [planner.measure(CAT + " in the snow.", None, t).arguments["spending"] for t in PASSES] == [
+        "pocock", "obrien-fleming", "obrien-fleming"]

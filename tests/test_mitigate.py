@@ -45,7 +45,7 @@ def small(**over: object) -> MitigateConfig:
 def fly_result(tmp_path_factory: pytest.TempPathFactory) -> tuple[MitigationResult, Path]:
     out = tmp_path_factory.mktemp("mitigation")
     runs = [load_run(t) for t in find_runs([FLY])]
-    cfg = small(findings=["f7"])
+    cfg = small(findings=["f6"])
     return Mitigation(runs, cfg).run(out), out
 
 
@@ -68,9 +68,9 @@ def test_mode_sentences() -> None:
 def test_a_mitigated_finding_improves_on_fresh_seeds_and_the_weights_load_again(
         fly_result: tuple[MitigationResult, Path]) -> None:
     result, out = fly_result
-    assert result.images == {"training": 12 * 40 + 200, "evaluation": 7 * 300 + 300 + 12 * 40}
+    assert result.images == {"training": 12 * 40 + 200, "evaluation": 6 * 300 + 300 + 12 * 40}  # six findings, the class
     trained = [o for o in result.findings if o.mitigated_here]
-    assert [(o.finding_id, o.caption) for o in trained] == [("f7", "a realistic photograph of a fly next to a flower.")]
+    assert [(o.finding_id, o.caption) for o in trained] == [("f6", "a realistic photograph of a fly next to a flower.")]
     flower = trained[0]
     assert flower.generated == 200 and 0 < flower.training_images <= 200
     assert flower.rates.before.n == flower.rates.after.n == 300
@@ -83,7 +83,7 @@ def test_a_mitigated_finding_improves_on_fresh_seeds_and_the_weights_load_again(
     assert result.effective == (flower.verdict == "mitigated")
     # every other finding of the run is measured too, and only tested for harm
     others = [o for o in result.findings if not o.mitigated_here]
-    assert len(others) == 6 and all(o.rates.adjusted_p_better is None for o in others)
+    assert len(others) == 5 and all(o.rates.adjusted_p_better is None for o in others)
     assert all(o.rates.adjusted_p_worse is not None for o in others)
     assert all(o.verdict in ("unchanged", "worse") for o in others)
     assert [b.label for b in result.baselines] == ["fly"]
@@ -138,7 +138,7 @@ def _tensors(path: Path) -> dict[str, torch.Tensor]:
 @pytest.mark.e2e
 def test_block_training_changes_the_last_block_only_and_repeats_exactly(tmp_path: Path) -> None:
     runs = [load_run(t) for t in find_runs([FLY])]
-    cfg = small(findings=["f7"], n=60, id_n=12, eval_n=30, eval_id_n=12, steps=20, train="auto")
+    cfg = small(findings=["f6"], n=60, id_n=12, eval_n=30, eval_id_n=12, steps=20, train="auto")
     result = Mitigation(runs, cfg).run(tmp_path / "a")
     w = _tensors(tmp_path / "a" / "classifier.safetensors")
     orig = reload("toyworld").net.state_dict()
@@ -309,7 +309,7 @@ def test_mitigate_runs_end_to_end_on_a_real_architecture(tmp_path: Path) -> None
     run = load_run(FLY / "transcript.jsonl")
     run.backends = run.backends.model_copy(update={"classifier": spec_text})
     run.started = run.started.model_copy(update={"backends": {}})
-    cfg = small(findings=["f7"], n=16, id_n=2, eval_n=4, eval_id_n=2, steps=10, filter="none")
+    cfg = small(findings=["f6"], n=16, id_n=2, eval_n=4, eval_id_n=2, steps=10, filter="none")
     result = Mitigation([run], cfg).run(tmp_path / "out")
     assert result.classifier_after == f"torchvision:mobilenet_v3_small:{tmp_path / 'out' / 'classifier.safetensors'}"
     assert result.reload_max_abs_diff < 1e-3
@@ -325,7 +325,7 @@ def test_the_report_shows_the_mitigation(fly_result: tuple[MitigationResult, Pat
     write(result, tmp_path / "mitigation", "sleuth mitigate")
     page = build_report(tmp_path / "mitigation")  # the mitigation's folder: its runs are read from where they are
     assert page.count("<h2>Mitigation: ") == 1
-    flower = next(o for o in result.findings if o.finding_id == "f7")
+    flower = next(o for o in result.findings if o.finding_id == "f6")
     before, after = flower.rates.before, flower.rates.after
     assert f"{before.k}/{before.n}" in page and f"{after.k}/{after.n}" in page
     assert "fly next to a flower" in page and "fly" in page.split("<h2>Mitigation")[0]  # the run's own section too

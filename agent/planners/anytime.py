@@ -77,6 +77,10 @@ class Target:
     test_from: int
     """Screening images a candidate needs before it is tested: among a hundred candidates some screen high by
     chance, and a look of this size costs less than the test it saves."""
+    spending: Spending = "obrien-fleming"
+    """How its tests and confirmations spread their alpha over their looks: evenly (Pocock) where the effects sought
+    are strong, so that most stop at an early look; mostly at the last look (O'Brien-Fleming) where they are weak,
+    so that the last look keeps its power."""
 
     def worth(self, p0: float) -> float:
         """The failure rate a candidate must plausibly reach, given the class rate ``p0``."""
@@ -88,7 +92,7 @@ class Target:
 
 
 PASSES = (
-    Target(3.0, 0.05, (3, 12, 32), 3, 300, 30, 300, 3),
+    Target(3.0, 0.05, (3, 12, 32), 3, 300, 30, 300, 3, "pocock"),
     Target(2.0, 0.02, (12, 32, 80, 200), 12, 800, 50, 800, 80),
     Target(1.5, 0.01, (80, 200, 500), 32, 2000, 100, 1500, 200),
 )
@@ -116,10 +120,6 @@ KIND_LATER = 2
 """Findings of one kind of cause failing as one wrong label after which further such candidates wait for the end of
 the pass: a third colour that fails as the same label is worth less than the first test of another kind."""
 OTHER_SHARE = 0.2
-SPENDING: Spending = "pocock"
-"""Tests and confirmations spread their alpha evenly over their looks: most candidates a screen singles out fail far
-above the class, and stop at an early look for a third to a half of the images O'Brien-Fleming spending needs, at
-about a point of power at the last look (docs/planner.md)."""
 """A wrong label under this share of a finding's failures is not one it fails as (``fails_otherwise``)."""
 
 
@@ -133,16 +133,18 @@ def pass_designs(passes: tuple[Target, ...], m: int, budget: int | None = None) 
     twice over (its baseline, a test and a confirmation at its sizes) gets a fifth of the ``m`` attempts, and the
     first pass (strong effects, the most attempts) the rest."""
     keys: dict[tuple[int, int], int] = {}
+    spending: dict[tuple[int, int], Spending] = {}
     for i, t in enumerate(passes):
         key = (min(t.first_n, t.test_n), t.test_n)
         reachable = i == 0 or budget is None or budget >= 2 * (t.baseline_n + 2 * t.test_n)
         if key not in keys and reachable:
             keys[key] = 0 if i == 0 else m // 5
+            spending[key] = t.spending
     first = next(iter(keys))
     if sum(keys.values()) >= m:
         keys = dict.fromkeys(keys, 0)
     keys[first] = m - sum(keys.values())
-    return [ConfirmationDesign(first_n=f, max_n=n, attempts=a, spending=SPENDING) for (f, n), a in keys.items()
+    return [ConfirmationDesign(first_n=f, max_n=n, attempts=a, spending=spending[f, n]) for (f, n), a in keys.items()
             if a > 0]
 
 
@@ -337,7 +339,7 @@ class AnytimePlanner(ScriptPlanner):
 
     def measure(self, caption: str, target: str | None, t: Target, **arguments: object) -> ToolCall:
         return self.call("measure_rate", caption=caption, target_label=target, baseline_n=self._base_n(t),
-                         spending=SPENDING, futility_rate=self._futility(t), **arguments)
+                         spending=t.spending, futility_rate=self._futility(t), **arguments)
 
     def _futility(self, t: Target) -> float:
         """A test or confirmation stops, not supported, once its failure rate is surely under what pass ``t`` looks
