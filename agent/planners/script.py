@@ -56,10 +56,10 @@ class ScriptPlanner:
     deterministic = True
     """The same tool results give the same turns: resume and fork can fast-forward it."""
 
-    def __init__(self, name: str, model: str | None = None) -> None:
+    def __init__(self, name: str) -> None:
         self.name = name
-        self.model = model or name
-        """Written as the turns' ``model``: which procedure took them."""
+        self.model = name
+        """Written as the turns' ``model``: which planner took them (its name in the planner registry)."""
         self._script: Script | None = None
         self._calls = 0
         self._events: Sequence[Event] = ()
