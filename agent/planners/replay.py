@@ -17,9 +17,7 @@ from dataclasses import dataclass
 from sleuth.agent.errors import PlannerError
 from sleuth.agent.events import Event, PlannerTurn
 from sleuth.agent.runner import Planner, Turn
-
-BUDGET_MODEL = "budget"
-"""``model`` of a turn the audit wrote in the planner's place when a budget ran out; never asked of a planner."""
+from sleuth.agent.view import BUDGET_MODEL
 
 OFFLINE_MODULES = ("sleuth.agent.planners.protocol", "sleuth.agent.planners.protocol_v1",
                    "sleuth.agent.planners.protocol_v2", "sleuth.agent.planners.scripted",
