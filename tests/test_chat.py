@@ -27,7 +27,7 @@ from sleuth.agent.cli import main
 from sleuth.agent.events import PlannerTurn, ToolCalled, ToolReturned, UserMessage
 from sleuth.agent.llm import LLMClient, LLMConfig
 from sleuth.agent.planners.llm import LLMPlanner
-from sleuth.agent.planners.protocol import ProtocolPlanner
+from sleuth.agent.planners.protocol_v1 import ProtocolV1Planner
 from sleuth.agent.session import Session
 from sleuth.agent.terminal.render import render_event
 from sleuth.agent.transcript import TranscriptWriter, read_transcript
@@ -138,7 +138,7 @@ class Harness:
         self.console = Console(file=self.screen, width=160, highlight=False, color_system=None)
         self.writer = TranscriptWriter(self.session.transcript)
         self.chat = Chat(self.session, self.writer, self.console, planner=planner, bars=False,
-                         protocol=lambda: ProtocolPlanner("cat", "a realistic photograph of a cat", baseline_n=300,
+                         protocol=lambda: ProtocolV1Planner("cat", "a realistic photograph of a cat", baseline_n=300,
                                                           max_n=300, explore=False))
         self.chat.start()
 
@@ -205,7 +205,7 @@ def test_auto_hands_over_to_the_protocol_planner_and_the_chat_goes_on(tmp_path):
     h.type("/auto", "/generate n=20")
     events = read_transcript(h.session.transcript)
     turns = [e for e in events if isinstance(e, PlannerTurn)]
-    assert turns[0].model == "protocol" and turns[-1].model == "user"
+    assert turns[0].model == "protocol-v1" and turns[-1].model == "user"
     finish = next(e for e in events if isinstance(e, ToolReturned) and e.name == "finish")
     assert finish.ok and events.index(finish) < events.index(turns[-1])  # the chat outlived the planner's finish
     assert any("snow" in f.caption for f in h.session.investigation.findings)

@@ -303,6 +303,11 @@ def test_model_text_is_quoted_data_that_cannot_close_its_block():
     msgs = build_messages(external, system="s", own_model="m")
     assert [m["role"] for m in msgs] == ["system", "user"] and msgs[1]["content"].startswith("The user ran:")
     assert msgs[1]["content"].count("</tool_result>") == 1
+    # An offline planner is reported by the name it writes: protocol-v1's turns are not the protocol planner's.
+    for model, who in (("protocol", "The protocol planner ran:"),
+                       ("protocol-v1", "Another planner (protocol-v1) ran:")):
+        external[0] = external[0].model_copy(update={"model": model})
+        assert build_messages(external, system="s", own_model="m")[1]["content"].startswith(who)
 
 
 def test_sleuth_investigate_with_llm_flag(tmp_path, capsys, monkeypatch):

@@ -68,7 +68,8 @@ def test_mode_sentences() -> None:
 def test_a_mitigated_finding_improves_on_fresh_seeds_and_the_weights_load_again(
         fly_result: tuple[MitigationResult, Path]) -> None:
     result, out = fly_result
-    assert result.images == {"training": 12 * 40 + 200, "evaluation": 6 * 300 + 300 + 12 * 40}  # six findings, the class
+    # evaluation: six findings and the class prompt, 300 fresh images each, and 12 classes of 40 for accuracy
+    assert result.images == {"training": 12 * 40 + 200, "evaluation": 6 * 300 + 300 + 12 * 40}
     trained = [o for o in result.findings if o.mitigated_here]
     assert [(o.finding_id, o.caption) for o in trained] == [("f6", "a realistic photograph of a fly next to a flower.")]
     flower = trained[0]

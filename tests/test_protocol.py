@@ -1,54 +1,96 @@
-"""The protocol planner through the real loop, on the fake backend set with a known bug (snow)."""
+"""The protocol planner (an anytime search in passes at 3x, 2x and 1.5x) through the real loop on the fake backend
+set, whose one failure (snow, 60% against 3%) is known exactly, and its pieces on hand-made candidates."""
 
 from __future__ import annotations
 
-from sleuth.agent.planners.protocol import ProtocolPlanner
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from sleuth.agent.planners import confirmations_by_budget, declared_confirmations, protocol
+from sleuth.agent.planners.protocol import (
+    PASSES,
+    Candidate,
+    Found,
+    Idea,
+    ProtocolPlanner,
+    idea_of,
+    plausibility,
+    score,
+)
+from sleuth.agent.planners.protocol_v2 import ProtocolV2Planner
+from sleuth.agent.planners.screening import content_key
 from sleuth.agent.transcript import read_transcript
-from tests.fakeworld import fake_backends, new_session
+from sleuth.tools import measure_rate, stats
+from sleuth.tools.caption_failures import Hypothesis
+from sleuth.tools.common import Confusion, SampleSummary
+from tests.fakeworld import fake_backends, new_session, unrendered
 
 CAT = "a realistic photograph of a cat"
+SNOW = content_key(CAT + " in the snow.")
 
 
-def run_session(tmp_path, seed=0, budget=20_000):
-    backends = fake_backends()
-    session = new_session(backends, tmp_path, seed=seed, budget=budget)
-    result = session.run(ProtocolPlanner("cat", CAT, baseline_n=1000))
-    return session, result
+def run(tmp_path, planner, budget=6_000, backends=None, **settings):
+    session = new_session(backends or fake_backends(), tmp_path, budget=budget, **settings)
+    result = session.run(planner)
+    return session, result, read_transcript(session.transcript)
 
 
-def test_protocol_confirms_the_planted_effect_and_writes_every_step(tmp_path):
-    session, result = run_session(tmp_path)
+def final(events) -> str:
+    return [e for e in events if e.kind == "planner_turn"][-1].reasoning
+
+
+def images_until_first_finding(events) -> int:
+    used = 0
+    for e in events:
+        if e.kind == "tool_returned":
+            used += e.images_used or 0
+        if e.kind == "finding":
+            return used
+    raise AssertionError("no finding")
+
+
+def test_each_pass_aims_lower_and_screens_longer():
+    p0 = 0.03
+    worths = [t.worth(p0) for t in PASSES]
+    assert worths == pytest.approx([max(3 * p0, p0 + 0.05), max(2 * p0, p0 + 0.02), max(1.5 * p0, p0 + 0.01)])
+    # Later passes look longer before they drop anything, and test on more images.
+    assert [t.floor for t in PASSES] == sorted(t.floor for t in PASSES)
+    assert [t.test_n for t in PASSES] == sorted(t.test_n for t in PASSES)
+    # A 15x failure at 29% screened 0/3 is dropped by the first pass's rule, and one at 9/32 is tested in the second.
+    first, second = PASSES[0], PASSES[1]
+    assert plausibility(0, 3, p0, first) < 0.2
+    assert plausibility(9, 32, p0, second) >= 0.9
+    assert plausibility(1, 32, p0, second) < 0.2
+    assert score(10, 12, p0) > score(4, 12, p0) > score(0, 3, p0)
+
+
+def test_it_confirms_the_known_failure_early_and_keeps_looking_while_images_remain(tmp_path):
+    session, result, events = run(tmp_path, ProtocolPlanner("cat", CAT, budget=6_000, confirmations=12))
     assert result.status == "completed"
     inv = session.investigation
-    assert len(inv.findings) == 1
-    f = inv.findings[0]
-    # Refinement keeps the shortest caption with the effect: the class sentence plus the snow sentence.
-    assert f.caption == "a realistic photograph of a cat. it is in the snow."
-    assert f.confirmation.hypothesis.n > 0 and f.confirmation.adjusted_p < 0.05
-    assert f.counterfactual is not None and f.counterfactual.kind == "counterfactual"
-    events = read_transcript(session.transcript)
-    kinds = [e.kind for e in events]
-    assert kinds[0] == "run_started" and kinds[-1] == "run_finished"
-    assert kinds.count("finding") == 1
-    names = [e.name for e in events if e.kind == "tool_called"]
-    assert names[:2] == ["generate_and_classify", "caption_failures"]
-    assert "perturb_caption" in names and names[-1] == "finish"
-    assert sum(1 for e in events if e.kind == "tool_returned" and not e.ok) == 0
-    # Every planner turn explains itself in words.
-    assert all(e.reasoning for e in events if e.kind == "planner_turn")
-    assert inv.budget.used <= 20_000
+    # One finding: snow, under whichever phrasing screened surest; the other phrasing is listed with it.
+    assert len(inv.findings) == 1 and SNOW <= content_key(inv.findings[0].caption), [f.caption for f in inv.findings]
+    assert inv.findings[0].counterfactual is not None
+    assert "also phrased" in final(events)
+    assert images_until_first_finding(events) < 1500
+    # Where the earlier planner stops once nothing plausible at 3x is left, this one goes on to the weaker targets.
+    v2, _, _ = run(tmp_path / "v2", ProtocolV2Planner("cat", CAT, budget=6_000))
+    assert v2.investigation.budget.used < inv.budget.used
+    turns = [e.reasoning for e in events if e.kind == "planner_turn"]
+    assert any(t.startswith("Pass 2:") for t in turns)
+    assert "Searched for effects down to" in final(events)
 
 
-def test_protocol_is_deterministic(tmp_path):
-    a, _ = run_session(tmp_path / "a")
-    b, _ = run_session(tmp_path / "b")
+def test_it_is_deterministic(tmp_path):
+    a, _, _ = run(tmp_path / "a", ProtocolPlanner("cat", CAT, budget=3_000))
+    b, _, _ = run(tmp_path / "b", ProtocolPlanner("cat", CAT, budget=3_000))
     assert a.investigation.findings == b.investigation.findings
     assert [t.p_value for t in a.investigation.tests] == [t.p_value for t in b.investigation.tests]
 
 
-def test_a_baseline_without_failures_ends_cleanly_with_and_without_exploration(tmp_path):
-    import numpy as np
-
+def test_nothing_to_find_spends_the_passes_and_says_so(tmp_path):
     class Perfect:
         id = "perfect"
         labels = fake_backends().classifier.labels
@@ -56,19 +98,240 @@ def test_a_baseline_without_failures_ends_cleanly_with_and_without_exploration(t
         def logits(self, images):
             return np.tile(np.array([5.0, 0.0, 0.0], np.float32), (len(images), 1))
 
-    for explore in (False, True):
-        backends = fake_backends()
-        backends.classifier = Perfect()
-        session = new_session(backends, tmp_path / str(explore))
-        planner = ProtocolPlanner("cat", CAT, baseline_n=200, explore=explore, refine=explore,
-                                  counterfactual=explore)
-        result = session.run(planner)
-        assert result.status == "completed" and session.investigation.findings == []
-        # Without exploration there is nothing to test; with it, every perturbation the generator can render is
-        # screened, none fails more often than the baseline (0%), so none becomes a test.
-        assert session.investigation.tests == []
-        screens = [e for e in read_transcript(session.transcript)
-                   if e.kind == "tool_called" and e.name == "generate_and_classify"]
-        prompts = {e.arguments["prompt"] for e in screens[1:]}
-        assert len(screens) == 1 or {CAT + " in the snow.", CAT + " on the grass."} <= prompts
-        assert explore == (len(screens) > 1) and all(e.arguments["n"] == 30 for e in screens[1:])
+    backends = fake_backends()
+    backends.classifier = Perfect()
+    session, result, events = run(tmp_path, ProtocolPlanner("cat", CAT, budget=20_000), budget=20_000,
+                                  backends=backends)
+    assert result.status == "completed" and session.investigation.findings == []
+    assert session.investigation.tests == []
+    text = final(events)
+    assert "No finding was confirmed" in text and "every pass ran to its end" in text
+    # Every candidate the generator can render was looked at up to the last pass's floor before it was let go;
+    # the others once (the generator reported the words it cannot draw).
+    screens = [e for e in events if e.kind == "tool_called" and e.name == "generate_and_classify"][1:]
+    per_caption: Counter[str] = Counter()
+    for e in screens:
+        per_caption[e.arguments["prompt"]] += e.arguments["n"]
+    drawn = {n for p, n in per_caption.items() if not unrendered(p)}
+    assert drawn == {max(t.floor for t in PASSES)}
+    assert {n for p, n in per_caption.items() if unrendered(p)} == {PASSES[0].ladder[0]}
+
+
+@pytest.mark.parametrize("budget", [400, 700, 1000, 1200, 1500, 2000])
+def test_a_tight_budget_is_never_overrun_and_the_stop_says_so(tmp_path, budget):
+    session, result, events = run(tmp_path, ProtocolPlanner("cat", CAT, budget=budget), budget=budget)
+    # The planner asks only for what it can pay (the baseline's top-up included) and ends with its answer.
+    assert result.status == "completed"
+    assert not [e for e in events if e.kind == "tool_returned" and not e.ok and "budget" in (e.error or "")]
+    assert session.investigation.budget.used <= budget
+    text = final(events)
+    assert "not reached" in text or "could not be measured" in text
+    tests = {t.id: t for t in session.investigation.tests}
+    assert all(tests[f.confirmation.test_id].purpose == "confirmation" for f in session.investigation.findings)
+
+
+def test_the_declared_family_bounds_the_attempts_and_the_stop_names_it(tmp_path):
+    session, _, events = run(tmp_path, ProtocolPlanner("cat", CAT, budget=6_000, confirmations=1), confirmations=1)
+    confirms = [e for e in events if e.kind == "tool_called" and e.name == "measure_rate"
+                and e.arguments.get("confirm")]
+    assert len(confirms) == 1
+    # The other phrasing of snow was supported too, and is named, not confirmed again.
+    assert "(also phrased 'a realistic photograph of a cat" in final(events)
+    # With no attempt to spend, the run stops before its first test and says why, naming what it singled out.
+    session, _, events = run(tmp_path / "none", ProtocolPlanner("cat", CAT, budget=6_000, confirmations=0))
+    assert session.investigation.tests == []
+    text = final(events)
+    assert "the investigation's 0 confirmation attempts are spent" in text
+    assert "Singled out by the screen but not tested before the stop: " in text and "not reached: 3x" in text
+
+
+def test_the_session_declares_the_planners_family_and_records_it(tmp_path):
+    assert confirmations_by_budget(2_000) == 10 and confirmations_by_budget(10_000) == 40
+    assert confirmations_by_budget(20_000) == 80 and confirmations_by_budget(100_000) == 80
+    assert declared_confirmations("protocol", 10_000) == 40
+    assert declared_confirmations("protocol-v2", 10_000) == 10
+    session = new_session(fake_backends(), tmp_path / "a", budget=10_000)
+    assert session.investigation.max_confirmations == 40 and session.config.confirmations == 40
+    assert session.started_event("protocol").config["confirmations"] == 40
+    own = new_session(fake_backends(), tmp_path / "b", budget=10_000, confirmations=7,
+                      planner={"name": "protocol-v2"})
+    assert own.investigation.max_confirmations == 7
+
+
+def test_ideas_come_from_what_the_failures_share_and_the_class_does_not():
+    def hyp(n: int, *sentences: str) -> Hypothesis:
+        return Hypothesis(caption="x", predicted_label="y", n_images=n, sentences=list(sentences), mean_loglik=[],
+                          images=[])
+
+    common = {"the cat is grey": 0.6, "it is daytime": 1.0}
+    rock = idea_of([hyp(6, "it is on the rocks", "the cat is grey"), hyp(2, "it is on the rocks", "it is daytime")],
+                   common)
+    assert rock == Idea(frozenset({"it is on the rocks"}), "it is on the rocks")  # 'grey': as common in the class
+    mountain = idea_of([hyp(3, "it is on the rocks", "it is in the fog")], common)
+    snow = idea_of([hyp(5, "it is in the snow", "the background is white"), hyp(1, "it is daytime")], common)
+    assert snow.sentences == {"it is in the snow", "the background is white"} and snow.top == "it is in the snow"
+    assert rock.same(mountain) and mountain.same(rock) and not rock.same(snow)
+    # A sentence two ideas share by the way does not make them one: each one's most shared sentence must be in both.
+    white = idea_of([hyp(4, "the cat is white", "the background is white")], common)
+    assert white.top == "the background is white" or not white.same(snow)
+    assert not Idea(frozenset({"a", "b"}), "a").same(Idea(frozenset({"b", "c"}), "c"))
+    assert idea_of([], common) == Idea() and not Idea().same(Idea())
+
+
+def test_another_phrasing_of_a_finding_waits_and_a_different_idea_is_confirmed():
+    planner = ProtocolPlanner("cat", CAT)
+
+    def cand(caption: str, *idea: str) -> Candidate:
+        return Candidate(caption, "background", idea=Idea(frozenset(idea), idea[0] if idea else None))
+
+    rock = cand("a cat on a rock", "it is on the rocks")
+    finding = Found(rock, None, None, "snow leopard")  # type: ignore[arg-type]
+    assert planner._repeats(cand("a cat on a mountain top", "it is on the rocks", "it is in the fog"), [finding])
+    assert planner._repeats(cand("a cat on a grey rock"), [finding])  # every word of the finding and more
+    assert not planner._repeats(cand("a cat in the snow", "it is in the snow"), [finding])
+    assert finding.phrasings == ["a cat on a mountain top", "a cat on a grey rock"]
+    assert not planner._repeats(cand("a cat by the sea", "it is in the water", "it is on the rocks"), [finding])
+    # The same idea failing mostly as another wrong label is a failure of its own; a stray one does not count.
+    other = cand("a cat on a boulder", "it is on the rocks")
+    other.confusions.update({"fox": 3, "snow leopard": 1})
+    assert not planner._repeats(other, [finding]) and other.state != "other"
+    stray = cand("a cat on a cliff", "it is on the rocks")
+    stray.confusions.update({"fox": 1, "snow leopard": 1})
+    assert planner._repeats(stray, [finding])
+    rocks = Idea(frozenset({"it is on the rocks"}), "it is on the rocks")
+    assert not planner._repeats(Candidate("a cat on a stone", "caption", target="fox", idea=rocks), [finding])
+
+
+def test_a_finding_that_fails_as_several_labels_claims_each_it_often_fails_as():
+    """Rooms of a house the classifier never saw fail as fly, dog and cat alike: a second room whose screen failed as
+    dog is the same finding when dog holds a fair share of the first room's failures, and not when it holds less than
+    OTHER_SHARE of them."""
+    planner = ProtocolPlanner("shark", "a realistic photograph of a shark")
+    indoors = Idea(frozenset({"it is indoors"}), "it is indoors")
+
+    def tested(k: int, **labels: int) -> measure_rate.Result:
+        return measure_rate.Result(
+            test_id="t", caption="c", purpose="discovery", mode="sample", baseline=stats.binomial_rate(0, 300),
+            p_value=0.0, adjusted_p=0.0, family_size=1, adjust_method="holm", verdict="supported",
+            hypothesis=SampleSummary(prompt="p", failures=stats.binomial_rate(k, 30), seeds=(0, 29),
+                                     confusions=[Confusion(label=lab, count=c) for lab, c in labels.items()]))
+
+    bathroom = Candidate("a shark in a bathroom", "background", idea=indoors)
+    finding = Found(bathroom, tested(27, fly=12, dog=9, cat=4, crayfish=2), tested(26, fly=10, dog=7, cat=6,
+                                                                                      crayfish=3), "fly")
+    assert finding.labels() == Counter({"fly": 22, "dog": 16, "cat": 10, "crayfish": 5})
+    bedroom = Candidate("a shark in a bedroom", "background", idea=indoors, confusions=Counter({"dog": 3}))
+    assert planner._repeats(bedroom, [finding]) and finding.phrasings == ["a shark in a bedroom"]
+    # crayfish: 5 of 53 failures (9%), under OTHER_SHARE: a failure of its own.
+    kitchen = Candidate("a shark in a kitchen", "background", idea=indoors, confusions=Counter({"crayfish": 3}))
+    assert not planner._repeats(kitchen, [finding]) and kitchen.state != "other"
+
+
+def test_tests_go_surest_first_discounted_by_their_wrong_labels_and_kinds_findings():
+    planner = ProtocolPlanner("cat", CAT)
+    planner._p0 = 0.03
+    strong = Candidate("a", "background", k=12, n=12, confusions=Counter({"cat": 12}))  # 20% quantile 0.79
+    weaker = Candidate("b", "background", k=9, n=12, confusions=Counter({"fence": 9}))  # 0.54
+    weak = Candidate("c", "background", k=6, n=12, confusions=Counter({"fence": 6}))  # 0.32
+    assert [c.caption for c in planner._order([weak, weaker, strong], [])] == ["a", "b", "c"]
+
+    def found(label: str) -> Found:
+        return Found(Candidate("x", "domain"), None, None, label)  # type: ignore[arg-type]
+
+    # One finding as 'cat' divides 0.79 by 1.5 (0.53): 'b' (0.54) goes first; two divide it by 2 (0.40).
+    assert [c.caption for c in planner._order([strong, weaker, weak], [found("cat")])] == ["b", "a", "c"]
+    assert [c.caption for c in planner._order([strong, weaker, weak], [found("cat")] * 2)] == ["b", "a", "c"]
+    assert [c.caption for c in planner._order([strong, weak], [found("cat")] * 2)] == ["a", "c"]
+    # Findings of a kind discount that kind: four colour findings halve a colour's score, and an object comes first.
+    colour = Candidate("d", "adjective", k=12, n=12, confusions=Counter({"cat": 12}))
+    thing = Candidate("e", "object", k=9, n=12, confusions=Counter({"cat": 9}))
+    colours = [Found(Candidate(f"x{i}", "adjective"), None, None, "fox") for i in range(4)]  # type: ignore[arg-type]
+    assert [c.caption for c in planner._order([colour, thing], [])] == ["d", "e"]
+    assert [c.caption for c in planner._order([colour, thing], colours)] == ["e", "d"]
+
+
+def test_a_new_pass_looks_again_at_what_the_first_dropped():
+    planner = ProtocolPlanner("cat", CAT)
+    planner._p0 = 0.03
+    first, second = PASSES[0], PASSES[1]
+    dropped = Candidate("a", "background", k=0, n=3, state="dropped")
+    climbing = Candidate("b", "background", k=1, n=6, state="open")
+    assert planner._judge(dropped, first) == "dropped"
+    dropped.state = "open"  # what a new pass does to every candidate not tested, found or set aside
+    plan = planner._screen_plan(second, [dropped, climbing])
+    assert sorted((c.caption, more) for c, more in plan) == [("a", second.floor - 3), ("b", second.floor - 6)]
+
+
+def test_what_a_test_adds_to_the_class_baseline_is_paid_for_before_anything_else():
+    planner = ProtocolPlanner("cat", CAT, budget=10_000)
+    planner.images_left = lambda: 1_000  # type: ignore[method-assign]
+    last = PASSES[-1]
+    planner._have = last.baseline_n  # the baseline is already at this pass's size
+    assert planner._topup(last) == 0 and planner._affords(0, last)
+    planner._have = 800  # the next test tops it up by 700, and a first confirmation needs its own baseline
+    assert planner._topup(last) == last.baseline_n - 800
+    assert not planner._affords(0, last)
+    assert planner._test_n(last) == last.first_n
+
+
+def test_a_screen_that_reads_as_a_findings_idea_gets_no_more_screening_images(tmp_path):
+    _, _, events = run(tmp_path, ProtocolPlanner("cat", CAT, budget=6_000))
+    prompt_of: dict[str, str] = {}  # measurement id -> the screened caption
+    calls = {e.call_id: e for e in events if e.kind == "tool_called"}
+    for e in events:
+        if e.kind == "tool_returned" and e.ok and e.name == "generate_and_classify":
+            prompt_of[e.result["measurement_id"]] = calls[e.call_id].arguments["prompt"]
+    text = final(events)
+    previewed: dict[str, int] = {}  # caption -> seq of the turn that read its screen before more screening
+    for e in events:
+        if e.kind == "planner_turn" and e.reasoning.startswith("Before screening them again"):
+            for c in e.tool_calls:
+                previewed.setdefault(prompt_of[c.arguments["measurement_id"]], e.seq)
+    waiting = [p for p in previewed if repr(p) in text.split("also phrased", 1)[-1]]
+    assert waiting, "the run read no screen as a finding's phrasing"
+    for p in waiting:
+        later = [e for e in events if e.kind == "tool_called" and e.name == "generate_and_classify"
+                 and e.arguments["prompt"] == p and e.seq > previewed[p]]
+        assert not later, p
+
+
+def test_a_kind_of_cause_with_two_findings_failing_as_one_label_waits_for_the_end_of_the_pass():
+    planner = ProtocolPlanner("crayfish", "a realistic photograph of a crayfish")
+    blue, green = Candidate("blue", "adjective", target="shark"), Candidate("green", "adjective", target="shark")
+    found = [Found(blue, None, None, "shark"), Found(green, None, None, "shark")]  # type: ignore[arg-type]
+    purple = Candidate("purple", "adjective", target="shark")
+    other_label = Candidate("red", "adjective", target="bee")
+    other_kind = Candidate("in a net", "object", target="shark")
+    assert planner._saturated(purple, found)
+    assert not planner._saturated(other_label, found) and not planner._saturated(other_kind, found)
+    assert not planner._saturated(purple, found[:1])  # one finding of its kind and label is not enough
+
+
+def test_candidates_that_waited_are_tested_before_the_pass_ends(tmp_path, monkeypatch):
+    # With no finding needed to wait, every candidate with a wrong label waits until the pass has screened the rest;
+    # then they are tested in the same pass, the transcript says why they waited, and the snow is still found.
+    monkeypatch.setattr(protocol, "KIND_LATER", 0)
+    _, result, events = run(tmp_path, ProtocolPlanner("cat", CAT, budget=6_000))
+    said = [e.reasoning for e in events if e.kind == "planner_turn"]
+    waited = [i for i, s in enumerate(said) if "waited because findings of their kind already fail as their" in s]
+    assert waited and any(s.startswith("Testing on fresh seeds") for s in said[waited[0]:])
+    assert result.status == "completed" and "snow" in final(events)
+
+
+def test_strong_effects_are_tested_with_early_stops_and_weak_ones_with_power_at_the_last_look():
+    designs = protocol.pass_designs(PASSES, 80, 20_000)
+    assert [(d.key, d.spending, d.attempts) for d in designs] == [
+        ((30, 300), "pocock", 48), ((50, 800), "obrien-fleming", 16), ((100, 2000), "obrien-fleming", 16)]
+    planner = ProtocolPlanner("cat", CAT)
+    assert [planner.measure(CAT + " in the snow.", None, t).arguments["spending"] for t in PASSES] == [
+        "pocock", "obrien-fleming", "obrien-fleming"]
+
+
+@pytest.mark.parametrize("name", ["protocol", "protocol-v2", "protocol-v1", "wiles", "random"])
+def test_each_offline_planner_writes_its_registered_name_on_its_turns(name):
+    from sleuth.agent.config import PlannerConfig
+    from sleuth.agent.planners import PlanFor, build_planner
+
+    planner = build_planner(PlannerConfig(name=name), PlanFor(label="cat", class_prompt=CAT, labels=("cat", "dog"),
+                                                              budget=5000))
+    assert planner.name == name and planner.next_turn([]).model == name

@@ -20,7 +20,7 @@ from PIL import Image
 
 from sleuth.agent.cli import main
 from sleuth.agent.events import Event, ToolCall, Usage, json_safe
-from sleuth.agent.planners.protocol import ProtocolPlanner
+from sleuth.agent.planners.protocol_v1 import ProtocolV1Planner
 from sleuth.agent.planners.scripted import ScriptedPlanner
 from sleuth.agent.report import build_report, load_runs, write_report
 from sleuth.agent.report.data import HypothesisTest
@@ -116,7 +116,7 @@ def _session(run_dir: Path, planner: object, budget: int = 20_000) -> Session:
 @pytest.fixture(scope="module")
 def protocol_run(tmp_path_factory: pytest.TempPathFactory) -> Session:
     """The protocol planner on the fake world: one confirmed finding (snow), refinements, counterfactuals."""
-    return _session(tmp_path_factory.mktemp("runs") / "cat-protocol", ProtocolPlanner("cat", CAT, baseline_n=1000))
+    return _session(tmp_path_factory.mktemp("runs") / "cat-protocol", ProtocolV1Planner("cat", CAT, baseline_n=1000))
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from sleuth.agent.planners.protocol import ProtocolPlanner
+from sleuth.agent.planners.protocol_v1 import ProtocolV1Planner
 from sleuth.agent.report import build_report, load_runs
 from sleuth.agent.report.html import confusion_panels
 from sleuth.agent.report.plots import short_caption
@@ -28,7 +28,7 @@ ANSWER = ("Baseline for cat: 10/300 = 3.3% [1.8%, 6.0%]. 127 candidates screened
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> Session:
     session = new_session(fake_backends(), tmp_path_factory.mktemp("runs") / "cat", budget=20_000)
-    assert session.run(ProtocolPlanner("cat", CAT, baseline_n=1000)).status == "completed"
+    assert session.run(ProtocolV1Planner("cat", CAT, baseline_n=1000)).status == "completed"
     return session
 
 

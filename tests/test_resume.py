@@ -10,7 +10,7 @@ import pytest
 from sleuth.agent.audit.budget import BudgetedPlanner, stopped_by
 from sleuth.agent.errors import PlannerError
 from sleuth.agent.events import ErrorEvent, Event, RunFinished, ToolCall
-from sleuth.agent.planners.protocol import ProtocolPlanner
+from sleuth.agent.planners.protocol_v1 import ProtocolV1Planner
 from sleuth.agent.planners.replay import BUDGET_MODEL, ReplayPlanner, fast_forward, holds_state, recorded_turns
 from sleuth.agent.replay.rebuild import RebuildError
 from sleuth.agent.replay.resume import continue_run
@@ -28,8 +28,8 @@ def session(parent: Path, backends=None) -> Session:
     return new_session(backends or fake_backends(), parent / "run")
 
 
-def planner() -> ProtocolPlanner:
-    return ProtocolPlanner("cat", CAT, baseline_n=1000)
+def planner() -> ProtocolV1Planner:
+    return ProtocolV1Planner("cat", CAT, baseline_n=1000)
 
 
 def payloads(events: list[Event]) -> list[dict]:
@@ -174,7 +174,7 @@ def test_resume_refuses_a_planner_that_does_not_reproduce_its_turns(full, tmp_pa
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "transcript.jsonl").write_bytes(b"".join(line + b"\n" for line in lines[:8]))
     with pytest.raises(RebuildError) as err:
-        continue_run(session(tmp_path), ProtocolPlanner("cat", CAT, baseline_n=500))
+        continue_run(session(tmp_path), ProtocolV1Planner("cat", CAT, baseline_n=500))
     assert err.value.line == 2 and "does not reproduce" in str(err.value)
 
 

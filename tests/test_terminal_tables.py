@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from sleuth.agent.planners.protocol import ProtocolPlanner
+from sleuth.agent.planners.protocol_v1 import ProtocolV1Planner
 from sleuth.agent.session import Session
 from sleuth.agent.terminal import tables
 from sleuth.agent.terminal.render import render_event
@@ -25,7 +25,7 @@ CAT = "a realistic photograph of a cat"
 def run(tmp_path_factory: pytest.TempPathFactory) -> Session:
     """The protocol planner on the fake world: one confirmed finding (snow) with counterfactual edits."""
     session = new_session(fake_backends(), tmp_path_factory.mktemp("runs") / "cat", budget=20_000)
-    assert session.run(ProtocolPlanner("cat", CAT, baseline_n=1000)).status == "completed"
+    assert session.run(ProtocolV1Planner("cat", CAT, baseline_n=1000)).status == "completed"
     return session
 
 

@@ -16,14 +16,14 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from sleuth.agent.events import Event, PlannerTurn, ToolCall, ToolReturned
-from sleuth.agent.planners.replay import BUDGET_MODEL
+from sleuth.agent.events import Event, ToolCall
 from sleuth.agent.runner import Planner, Turn
+from sleuth.agent.view import BUDGET_MODEL, InvestigationView
 
 
 def cost_of(events: Sequence[Event]) -> float:
     """LLM cost of a run: the planner's turns and the tools' own requests (e.g. perturbations)."""
-    return float(sum(e.cost_usd or 0.0 for e in events if isinstance(e, (PlannerTurn, ToolReturned))))
+    return float(InvestigationView.from_events(events).cost_usd or 0.0)
 
 
 class BudgetedPlanner:
@@ -36,20 +36,25 @@ class BudgetedPlanner:
         self.seconds_left = seconds_left
         self.cost_limit = cost_limit
         """Most this class's turns may cost (already the lesser of the class and the audit's remaining limit)."""
+        self._view: InvestigationView | None = None
 
     def exhausted(self, events: Sequence[Event]) -> str | None:
         left = self.seconds_left()
         if left is not None and left <= 0:
             return "the wall-time budget is spent"
-        if self.cost_limit is not None and cost_of(events) >= self.cost_limit:
+        if self.cost_limit is not None and float(self.view(events).cost_usd or 0.0) >= self.cost_limit:
             return f"the LLM cost budget (${self.cost_limit:.4g}) is spent"
         return None
+
+    def view(self, events: Sequence[Event]) -> InvestigationView:
+        self._view = self._view.extend(events) if self._view is not None else InvestigationView.from_events(events)
+        return self._view
 
     def next_turn(self, events: Sequence[Event]) -> Turn:
         reason = self.exhausted(events)
         if reason is None:
             return self.wrapped.next_turn(events)
-        n = sum(e.kind == "finding" for e in events)
+        n = self.view(events).finding_events
         summary = (f"Stopped early: {reason}. {n} finding{'s' * (n != 1)} recorded before the stop stand; "
                    "hypotheses not yet confirmed were not recorded.")
         return Turn(reasoning=summary, model=BUDGET_MODEL,
@@ -59,10 +64,7 @@ class BudgetedPlanner:
 
 def stopped_by(events: Sequence[Event]) -> str | None:
     """The budget that ended a run, from the turn written in the planner's place, or None."""
-    for e in reversed(events):
-        if isinstance(e, PlannerTurn) and e.model == BUDGET_MODEL:
-            return e.reasoning
-    return None
+    return InvestigationView.from_events(events).budget_stop
 
 
 class Clock:

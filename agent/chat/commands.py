@@ -16,8 +16,9 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from sleuth.agent.events import Event, ToolCall, ToolReturned
-from sleuth.tools import generate_and_classify, investigation_tools, measure_rate
+from sleuth.agent.events import Event, ToolCall
+from sleuth.agent.view import InvestigationView
+from sleuth.tools import generate_and_classify, measure_rate
 
 R = TypeVar("R", bound=BaseModel)
 
@@ -156,24 +157,11 @@ def _known(p: Parsed, keys: Sequence[str], flags: Sequence[str] = ()) -> None:
 
 def _results(events: Sequence[Event], kind: type[R]) -> list[R]:
     """The successful results of one tool, typed, oldest first."""
-    reg = investigation_tools()
-    out = []
-    for e in events:
-        if isinstance(e, ToolReturned) and e.ok:
-            r = reg.result(e.name, e.result)
-            if isinstance(r, kind):
-                out.append(r)
-    return out
+    return InvestigationView.from_events(events).results(kind)
 
 
 def latest_measurement(events: Sequence[Event]) -> str | None:
-    reg = investigation_tools()
-    for e in reversed(events):
-        if isinstance(e, ToolReturned) and e.ok:
-            mid = getattr(reg.result(e.name, e.result), "measurement_id", None)
-            if mid:
-                return str(mid)
-    return None
+    return InvestigationView.from_events(events).latest_measurement
 
 
 def _label(value: str, labels: Sequence[str]) -> str:

@@ -12,9 +12,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sleuth.agent.events import Event, RunStarted, ToolCalled, ToolReturned
+from sleuth.agent.events import Event
 from sleuth.agent.llm import summaries as S
-from sleuth.tools import stats
+from sleuth.agent.view import InvestigationView
+from sleuth.tools import measure_rate, record_finding, stats
 from sleuth.tools.defaults import BASELINE_N, FIRST_N, MAX_CONFIRMATIONS
 
 MAX_ROWS = 30
@@ -35,39 +36,25 @@ def _p(p: float | None) -> str:
     return "< 1e-06" if p < 1e-6 else f"{p:.2g}"
 
 
-def declared(events: Sequence[Event]) -> int:
-    """The confirmation attempts the run declared (its ``run_started`` config), MAX_CONFIRMATIONS if unrecorded."""
-    for e in events:
-        if isinstance(e, RunStarted):
-            return int(e.config.get("confirmations") or MAX_CONFIRMATIONS)
-    return MAX_CONFIRMATIONS
+def _test_line(t: measure_rate.Result) -> dict[str, Any]:
+    """A test as ``next_step`` reads it."""
+    return {"test_id": t.test_id, "caption": t.caption, "purpose": t.purpose, "mode": t.mode, "verdict": t.verdict,
+            "p_value": t.p_value, "adjusted_p": t.adjusted_p,
+            "rate_ratio": {"low": t.rate_ratio.low} if t.rate_ratio is not None else None}
 
 
-def ledger(events: Sequence[Event], *, budget: int | None) -> str:
-    m = declared(events)
-    calls = {e.call_id: e for e in events if isinstance(e, ToolCalled)}
-    tests: list[dict[str, Any]] = []
-    findings: list[dict[str, Any]] = []
-    proposed: list[str] = []
-    used = 0
-    left: int | None = None
-    for e in events:
-        if not isinstance(e, ToolReturned):
-            continue
-        used += e.images_used
-        if e.images_left is not None:
-            left = e.images_left
-        if not e.ok or e.result is None:
-            continue
-        if e.name == "measure_rate":
-            tests.append(e.result)
-        elif e.name == "record_finding":
-            findings.append(e.result)
-        elif e.name == "caption_failures":
-            proposed += [str(h.get("caption", "")) for h in e.result.get("hypotheses", [])]
-        elif e.name == "perturb_caption":
-            rewrites = [*e.result.get("edits", []), *e.result.get("refinements", [])]
-            proposed += [str(x.get("caption", "")) for x in rewrites]
+def _finding_line(f: record_finding.Result) -> dict[str, Any]:
+    return {"finding_id": f.finding_id, "caption": f.caption}
+
+
+def ledger(events: Sequence[Event] | InvestigationView, *, budget: int | None) -> str:
+    """The ledger of an investigation (its events, or a view of them)."""
+    view = events if isinstance(events, InvestigationView) else InvestigationView.from_events(events)
+    m = view.declared_confirmations
+    tests = [_test_line(t) for t in view.tests]
+    findings = [_finding_line(f) for f in view.recorded]
+    proposed = [p.caption for p in view.proposals]
+    used, left = view.images_used, view.images_left
     discovery = [t for t in tests if t.get("purpose") == "discovery"]
     adjusted = stats.adjust_pvalues([float(t.get("p_value", 1.0)) for t in discovery], method="holm") \
         if discovery else []
@@ -102,8 +89,8 @@ def ledger(events: Sequence[Event], *, budget: int | None) -> str:
             f"{f.get('finding_id')} {S.quote(str(f.get('caption', '')))}" for f in findings))
     else:
         lines.append("- recorded findings: none")
-    pending = [c for c in calls.values() if c.name == "finish"]
-    step = next_step(tests, findings, untested, confirmations, left, declared=m, saw_baseline=bool(calls),
+    pending = view.finish_called
+    step = next_step(tests, findings, untested, confirmations, left, declared=m, saw_baseline=bool(view.calls),
                      proposals=bool(proposed))
     if step and not pending:
         lines.append(f"Suggested next step (the protocol's; yours to decide): {step}")

@@ -16,7 +16,7 @@ from sleuth.tools.defaults import ALPHA, BASELINE_N, MAX_CONFIRMATIONS
 from sleuth.tools.designs import ConfirmationDesign
 
 Mode = Literal["investigate", "chat"]
-LEAN_BASELINE_N = 300
+PROTOCOL_BASELINE_N = 300
 """The protocol planner's baseline: strong failures show against it, and images are the cost."""
 
 
@@ -62,31 +62,31 @@ def confirmations_by_budget(budget: int) -> int:
 
 
 def _protocol(c: PlannerConfig, p: PlanFor) -> Planner:
-    from sleuth.agent.planners.anytime import AnytimePlanner
+    from sleuth.agent.planners.protocol import ProtocolPlanner
 
-    return AnytimePlanner(p.label, p.class_prompt, baseline_n=c.baseline_n or LEAN_BASELINE_N, budget=p.budget,
-                          confirmations=p.confirmations, designs=list(p.designs) if p.designs else None)
+    return ProtocolPlanner(p.label, p.class_prompt, baseline_n=c.baseline_n or PROTOCOL_BASELINE_N, budget=p.budget,
+                           confirmations=p.confirmations, designs=list(p.designs) if p.designs else None)
 
 
 def _protocol_v2(c: PlannerConfig, p: PlanFor) -> Planner:
-    from sleuth.agent.planners.lean import LeanPlanner
+    from sleuth.agent.planners.protocol_v2 import ProtocolV2Planner
 
-    return LeanPlanner(p.label, p.class_prompt, baseline_n=c.baseline_n or LEAN_BASELINE_N, budget=p.budget,
-                       name="protocol-v2")
+    return ProtocolV2Planner(p.label, p.class_prompt, baseline_n=c.baseline_n or PROTOCOL_BASELINE_N, budget=p.budget,
+                             name="protocol-v2")
 
 
 def _protocol_v1(c: PlannerConfig, p: PlanFor) -> Planner:
-    from sleuth.agent.planners.protocol import ProtocolPlanner
+    from sleuth.agent.planners.protocol_v1 import ProtocolV1Planner
 
-    return ProtocolPlanner(p.label, p.class_prompt, baseline_n=c.baseline_n or BASELINE_N, budget=p.budget,
-                           name="protocol-v1")
+    return ProtocolV1Planner(p.label, p.class_prompt, baseline_n=c.baseline_n or BASELINE_N, budget=p.budget,
+                             name="protocol-v1")
 
 
 def _wiles(c: PlannerConfig, p: PlanFor) -> Planner:
-    from sleuth.agent.planners.protocol import ProtocolPlanner
+    from sleuth.agent.planners.protocol_v1 import ProtocolV1Planner
 
-    return ProtocolPlanner(p.label, p.class_prompt, baseline_n=c.baseline_n or BASELINE_N, explore=False, refine=False,
-                           counterfactual=False, name="wiles")
+    return ProtocolV1Planner(p.label, p.class_prompt, baseline_n=c.baseline_n or BASELINE_N, explore=False,
+                             refine=False, counterfactual=False, name="wiles")
 
 
 def _random(c: PlannerConfig, p: PlanFor) -> Planner:
@@ -132,9 +132,9 @@ PLANNERS: dict[str, PlannerSpec] = {s.name: s for s in (
                             "ladder of small looks, tests and confirmation at once, in passes at 3x, 2x and 1.5x the "
                             "class's failure rate while images remain; distinct findings by what their failures "
                             "show (offline, deterministic; the default)",
-                _protocol, baseline_n=LEAN_BASELINE_N, max_turns=1000, confirmations=confirmations_by_budget),
+                _protocol, baseline_n=PROTOCOL_BASELINE_N, max_turns=1000, confirmations=confirmations_by_budget),
     PlannerSpec("protocol-v2", "the earlier protocol: one pass at 3x, at most two findings per failure mode, a stop "
-                               "when nothing plausible at 3x is left", _protocol_v2, baseline_n=LEAN_BASELINE_N),
+                               "when nothing plausible at 3x is left", _protocol_v2, baseline_n=PROTOCOL_BASELINE_N),
     PlannerSpec("protocol-v1", "the earlier protocol: screens, then tests two dozen perturbations and the caption "
                                "hypotheses, refines, counterfactuals and confirms up to ten at the end", _protocol_v1),
     PlannerSpec("wiles", "captioning of failures and confirmation only (Wiles et al.'s core loop, no refinement or "

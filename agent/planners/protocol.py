@@ -1,141 +1,374 @@
-"""The offline protocol planner: Wiles et al.'s procedure, LANCE perturbations and counterfactual confirmation.
+"""The protocol planner: an anytime search that spends the budget it is given, strong effects first.
 
-baseline -> caption failures, and screen every single-attribute perturbation of the class prompt the generator can
-render (a few images each, no test) -> measure each caption hypothesis and the perturbations that screened worst
-(sequential tests stop early for futility, so weak hypotheses cost little) -> refine the supported ones to the
-shortest caption that keeps the effect -> test the mechanism (counterfactual edits of class images; a LANCE
-perturbation of the attribute as a control) -> confirm on fresh seeds -> record -> finish. Deterministic: the same
-results give the same turns.
+Images are the cost that matters, so the search goes in passes, each aiming at a smaller effect than the last, and
+stops only when the images left cannot pay for the next step:
+
+- **Candidates**: the captions of clustered baseline failures, each of their sentences alone, and every
+  single-attribute perturbation of the class prompt (general vocabulary) the generator can render.
+- **Passes** (``PASSES``): a failure worth confirming is at least 3x the class's failure rate (and 5 points above
+  it), then 2x (2 points), then 1.5x (1 point). Each pass's tests top the class baseline up so that its smaller
+  target can show, and the class rate the screen compares with is updated from it; each pass screens on a ladder
+  of looks, and tests and confirms what the screen singles out. A candidate's screening images are pooled over
+  passes: what one pass dropped after a 3-image look, the next looks at again with more.
+- **Screening** (looks, not tests; tests run on fresh seeds): after each look a candidate's failure rate has a
+  posterior (a Beta prior with the weight of two images, centred on the baseline rate). It is tested when the
+  posterior probability that it fails at the pass's target is 90% (60% at the top of the ladder), climbs the
+  ladder while that probability is 20% or more, and is dropped for the pass below that, but never before the
+  pass's floor of images. New candidates get their first look in chunks, in turn over the kinds of candidate, so
+  the first tests come a few hundred images in.
+- **Tests and confirmation**: the surest candidate first; a supported test (or, in later passes, one whose
+  unadjusted p-value would pass a confirmation) is confirmed at once on fresh seeds, its mechanism tested on class
+  images edited against their control-edited twins, and recorded.
+- **Distinct findings, by what differs**: before a candidate is tested, the failures of its screen are captioned;
+  the sentence most of them share and the class's own failures do not is what the candidate changes (its *idea*).
+  A candidate whose idea is a finding's idea ("on a rock" after "on a mountain top", both captioned "it is on the
+  rocks") is another phrasing of that finding and waits; so does one that holds every content word of a finding
+  and more. Different ideas are confirmed however they fail: two attributes that fail as the same wrong label are
+  two findings, grouped by that label in the answer. Other phrasings get the images and attempts left at the end.
+  Once two findings of one kind (background, colour, ...) fail as one wrong label, further candidates of that kind
+  and label wait until the pass has screened and tested the rest (``KIND_LATER``): a third colour failing as the
+  same label is worth less than the first test of another kind.
+- **Confirmation sizes** are declared with the first confirmation, before it draws the baseline (``pass_designs``):
+  each later pass the budget can reach gets a share of the attempts; a pass whose share is spent confirms with
+  another pass's sizes, larger first.
+- **The stop** says which target the budget reached and which it could not.
+
+The tools keep the statistics' guarantees whatever a planner does; this one only decides where images go.
+Deterministic: the same results give the same turns.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Generator
+from dataclasses import dataclass, field
+
+from scipy import stats as sps
 
 from sleuth.agent.events import ToolCall
-from sleuth.agent.planners.screening import content_key, screened, select
-from sleuth.agent.planners.script import CallFailed, Results, Script, ScriptPlanner, ok
+from sleuth.agent.planners.protocol_v1 import pct, ratio_text, top_confusion
+from sleuth.agent.planners.screening import content_key
+from sleuth.agent.planners.script import Results, Script, ScriptPlanner, ok
 from sleuth.agent.runner import Turn
 from sleuth.tools import caption_failures, generate_and_classify, measure_rate, perturb_caption, record_finding
-from sleuth.tools.defaults import BASELINE_N
-from sleuth.tools.stats import Rate, RatioCI
+from sleuth.tools.common import SampleSummary
+from sleuth.tools.defaults import ALPHA, MAX_CONFIRMATIONS
+from sleuth.tools.designs import ConfirmationDesign, Spending
+from sleuth.tools.stats import RatioCI
 
 
-def pct(rate: Rate) -> str:
-    if not rate.n:
-        return "0/0"
-    return f"{rate.k}/{rate.n} = {100 * rate.rate:.1f}% [{100 * rate.low:.1f}%, {100 * rate.high:.1f}%]"
+@dataclass(frozen=True)
+class Target:
+    """One pass of the search: the effect it looks for and the images it may spend on one candidate."""
 
+    ratio: float
+    gain: float
+    """A failure worth confirming: at least ``ratio`` x the class rate and ``gain`` above it."""
+    ladder: tuple[int, ...]
+    """Screening images a candidate has after each rung."""
+    floor: int
+    """No candidate is dropped in this pass before it has this many screening images."""
+    test_n: int
+    """Most images of a test (and of a confirmation)."""
+    first_n: int
+    """Images of a test's first look."""
+    baseline_n: int
+    """The class baseline's size for this pass's tests."""
+    test_from: int
+    """Screening images a candidate needs before it is tested: among a hundred candidates some screen high by
+    chance, and a look of this size costs less than the test it saves."""
+    spending: Spending = "obrien-fleming"
+    """How its tests and confirmations spread their alpha over their looks: evenly (Pocock) where the effects sought
+    are strong, so that most stop at an early look; mostly at the last look (O'Brien-Fleming) where they are weak,
+    so that the last look keeps its power."""
 
-def ratio_text(r: RatioCI | None) -> str:
-    if r is None:
-        return "n/a"
-    return f"{r.ratio:.3g}x [{r.low:.3g}, {r.high:.3g}]"
-
-
-@dataclass
-class Measured:
-    """A hypothesis measured in discovery, with the label it is suspected to be confused with."""
-
-    result: measure_rate.Result
-    target: str | None
+    def worth(self, p0: float) -> float:
+        """The failure rate a candidate must plausibly reach, given the class rate ``p0``."""
+        return min(max(self.ratio * p0, p0 + self.gain), (1 + p0) / 2)
 
     @property
-    def caption(self) -> str:
-        return self.result.caption
+    def name(self) -> str:
+        return f"{self.ratio:g}x"
+
+
+PASSES = (
+    Target(3.0, 0.05, (3, 12, 32), 3, 300, 30, 300, 3, "pocock"),
+    Target(2.0, 0.02, (12, 32, 80, 200), 12, 800, 50, 800, 80),
+    Target(1.5, 0.01, (80, 200, 500), 32, 2000, 100, 1500, 200),
+)
+PRIOR_WEIGHT = 2.0
+"""Weight (in images) of the Beta prior on a candidate's failure rate, centred on the baseline rate."""
+DROP_BELOW = 0.2
+TEST_AT = 0.9
+TEST_AT_TOP = 0.6
+"""Posterior probability of a failure worth confirming: below DROP_BELOW a candidate is dropped (at or above the
+floor); at TEST_AT (or TEST_AT_TOP at the top of the ladder) it is tested on fresh seeds."""
+FIRST_LOOKS = 128
+"""New candidates given their first look per turn (then what the screen singled out is tested, surest first)."""
+CHUNK = 24
+"""Candidates screened per turn after their first look."""
+PREVIEW_MIN = 2
+"""Failures a screen look needs for its captions to say what the candidate changes."""
+TEST_BATCH = 2
+COUNTERFACTUAL_N = 20
+IDEA_SHARE = 0.5
+IDEA_LIFT = 0.25
+"""A candidate's idea: the caption sentence at least IDEA_SHARE of its captioned failures share, and IDEA_LIFT more
+of them than of the class's own failures."""
+NAMED = 5
+KIND_LATER = 2
+"""Findings of one kind of cause failing as one wrong label after which further such candidates wait for the end of
+the pass: a third colour that fails as the same label is worth less than the first test of another kind."""
+OTHER_SHARE = 0.2
+"""A wrong label under this share of a finding's failures is not one it fails as (``fails_otherwise``)."""
+
+
+def effect(conf: measure_rate.Result) -> RatioCI | None:
+    """A confirmation's effect: corrected for its selection and early stop where the tool gives it."""
+    return conf.effect or conf.rate_ratio
+
+
+def pass_designs(passes: tuple[Target, ...], m: int, budget: int | None = None) -> list[ConfirmationDesign]:
+    """The confirmation sizes of the passes, declared before any baseline: each later pass the budget can pay for
+    twice over (its baseline, a test and a confirmation at its sizes) gets a fifth of the ``m`` attempts, and the
+    first pass (strong effects, the most attempts) the rest."""
+    keys: dict[tuple[int, int], int] = {}
+    spending: dict[tuple[int, int], Spending] = {}
+    for i, t in enumerate(passes):
+        key = (min(t.first_n, t.test_n), t.test_n)
+        reachable = i == 0 or budget is None or budget >= 2 * (t.baseline_n + 2 * t.test_n)
+        if key not in keys and reachable:
+            keys[key] = 0 if i == 0 else m // 5
+            spending[key] = t.spending
+    first = next(iter(keys))
+    if sum(keys.values()) >= m:
+        keys = dict.fromkeys(keys, 0)
+    keys[first] = m - sum(keys.values())
+    return [ConfirmationDesign(first_n=f, max_n=n, attempts=a, spending=spending[f, n]) for (f, n), a in keys.items()
+            if a > 0]
+
+
+def posterior(k: int, n: int, p0: float) -> tuple[float, float]:
+    return k + PRIOR_WEIGHT * p0, n - k + PRIOR_WEIGHT * (1 - p0)
+
+
+def plausibility(k: int, n: int, p0: float, target: Target) -> float:
+    """Posterior probability that a candidate with ``k`` failures in ``n`` screening images fails at
+    ``target.worth(p0)`` or more."""
+    return float(sps.beta.sf(target.worth(p0), *posterior(k, n, p0)))
+
+
+def score(k: int, n: int, p0: float) -> float:
+    """How surely a candidate fails often: the 20% quantile of its posterior failure rate (surest first)."""
+    return float(sps.beta.ppf(0.2, *posterior(k, n, p0)))
+
+
+def sentences(caption: str) -> int:
+    return len([x for x in caption.split(".") if x.strip()])
+
+
+def sentence_shares(hyps: list[caption_failures.Hypothesis]) -> dict[str, float]:
+    """Share of the captioned failures whose cluster caption says each sentence."""
+    total = sum(h.n_images for h in hyps)
+    shares: Counter[str] = Counter()
+    for h in hyps:
+        for s in set(h.sentences):
+            shares[s.strip().lower()] += h.n_images
+    return {s: c / total for s, c in shares.items()} if total else {}
+
+
+@dataclass(frozen=True)
+class Idea:
+    """What a candidate changes, read from the captions of its failures."""
+
+    sentences: frozenset[str] = frozenset()
+    """The sentences most of its failures share and the class's failures do not."""
+    top: str | None = None
+    """The most shared of them."""
+
+    def same(self, other: Idea) -> bool:
+        """One idea: each one's most shared sentence is among the other's."""
+        return (self.top is not None and other.top is not None and self.top in other.sentences
+                and other.top in self.sentences)
+
+
+def idea_of(hyps: list[caption_failures.Hypothesis], common: dict[str, float]) -> Idea:
+    """The sentences most of a candidate's failures share and the class's failures do not (none: an empty idea)."""
+    shares = sentence_shares(hyps)
+    # Among equally shared sentences, the one the captioner ranked first (it lists the likeliest first).
+    rank: dict[str, float] = {}
+    for h in hyps:
+        for i, s in enumerate(h.sentences):
+            rank[s.strip().lower()] = rank.get(s.strip().lower(), 0.0) + h.n_images / (i + 1)
+    kept = sorted(((v, s) for s, v in shares.items() if v >= IDEA_SHARE and v - common.get(s, 0.0) >= IDEA_LIFT),
+                  key=lambda x: (-x[0], -rank.get(x[1], 0.0), x[1]))
+    return Idea(frozenset(s for _, s in kept), kept[0][1] if kept else None)
+
+
+@dataclass(eq=False)
+class Candidate:
+    caption: str
+    kind: str
+    """'caption' (a cluster of failures or one of its sentences) or the perturbation's edit type."""
+    target: str | None = None
+    k: int = 0
+    n: int = 0
+    confusions: Counter[str] = field(default_factory=Counter)
+    looks: list[tuple[str, int]] = field(default_factory=list)
+    """Its screening looks: (measurement id, failures)."""
+    previewed: int = 0
+    """Failures of the screen look whose captions were read last (a look with more is read again)."""
+    state: str = "new"
+    """new | open (climbing) | test | dropped (this pass) | tested (this pass) | found | other (a finding's phrasing) |
+    unrendered."""
+    idea: Idea = field(default_factory=Idea)
+    """What the captions of its supported test's failures say it changes (``idea_of``)."""
+    tested_in: int = -1
+    """The last pass that tested it."""
 
     @property
-    def low(self) -> float:
-        """The lower end of the rate ratio's interval: how surely the effect is large."""
-        return self.result.rate_ratio.low if self.result.rate_ratio is not None else 0.0
+    def confusion(self) -> str | None:
+        if self.target:
+            return self.target
+        return self.confusions.most_common(1)[0][0] if self.confusions else None
 
 
-def top_confusion(r: measure_rate.Result) -> str | None:
-    conf = r.hypothesis.confusions if r.hypothesis is not None else []
-    return conf[0].label if conf else None
+def fails_otherwise(c: Candidate, f: Found) -> bool:
+    """Whether most of a candidate's failures (two or more) go to a wrong label that few of a finding's failures go to
+    (under OTHER_SHARE of them): a failure of its own, whatever its captions share. A finding whose failures spread
+    over several wrong labels (a scene the classifier knows nothing of) claims each label it often fails as."""
+    if c.target:
+        top = c.target
+    else:
+        most = c.confusions.most_common(1)
+        if not most or most[0][1] < 2 or 2 * most[0][1] <= sum(c.confusions.values()):
+            return False
+        top = most[0][0]
+    labels = f.labels()
+    if not labels:
+        return f.label is not None and top != f.label
+    return labels[top] < OTHER_SHARE * sum(labels.values())
 
 
-def _round_robin(groups: list[list[Measured]]) -> list[Measured]:
-    out: list[Measured] = []
-    while any(groups):
-        for q in groups:
+def _named(cands: list[Candidate], p0: float) -> str:
+    best = sorted(cands, key=lambda c: (-score(c.k, c.n, p0), c.caption))
+    names = ", ".join(f"{c.caption!r} {c.k}/{c.n}" for c in best[:NAMED])
+    more = f", and {len(best) - NAMED} more" if len(best) > NAMED else ""
+    return f" ({names}{more})"
+
+
+def _round_robin(queues: list[list[Candidate]]) -> list[Candidate]:
+    out: list[Candidate] = []
+    while any(queues):
+        for q in queues:
             if q:
                 out.append(q.pop(0))
     return out
 
 
-def spread(items: list[Measured], kind: Callable[[Measured], str], mode: Callable[[Measured], str]) -> list[Measured]:
-    """Round robin over kinds of hypothesis, strongest kind first; within a kind, round robin over its failure modes
-    (the wrong label), each in order of its surest effect: a second phrasing of one failure waits for the others."""
-    by_kind: dict[str, dict[str, list[Measured]]] = {}
-    for m in sorted(items, key=lambda m: -m.low):
-        by_kind.setdefault(kind(m), {}).setdefault(mode(m), []).append(m)
-    return _round_robin([_round_robin(list(modes.values())) for modes in by_kind.values()])
+@dataclass
+class Found:
+    candidate: Candidate
+    discovery: measure_rate.Result
+    confirmation: measure_rate.Result
+    label: str | None
+    phrasings: list[str] = field(default_factory=list)
 
-
-def n_sentences(caption: str) -> int:
-    return len([s for s in caption.split(".") if s.strip()])
-
-
-def _key(caption: str) -> str:
-    return " ".join(caption.lower().split())
-
-
-def _same(m: Measured) -> Generator[Turn, Results, Measured]:
-    """A caption with one attribute sentence is already as short as it gets."""
-    return m
-    yield  # pragma: no cover - makes this a generator
+    def labels(self) -> Counter[str]:
+        """The wrong labels its discovery and confirmation images failed as."""
+        out: Counter[str] = Counter()
+        for r in (self.discovery, self.confirmation):
+            summary = getattr(r, "hypothesis", None)
+            for x in summary.confusions if summary is not None else []:
+                out[x.label] += x.count
+        return out
 
 
 class ProtocolPlanner(ScriptPlanner):
-    """Deterministic planner that follows the published procedure with adaptive allocation of the image budget."""
+    """Passes at smaller and smaller effects while images remain; distinct findings by what the failures show."""
 
     explore_types = ("background", "domain", "object", "adjective")
 
-    def __init__(self, label: str, class_prompt: str, *, baseline_n: int = BASELINE_N, max_hypotheses: int = 6,
-                 max_refine: int = 10, max_n: int = 800, explore_n: int = 100, screen_n: int = 30,
-                 explore_top: int = 24, explore_max_n: int = 400, explore_first_n: int = 50, explore: bool = True,
-                 refine: bool = True, counterfactual: bool = True, budget: int | None = None,
-                 screen_share: float = 0.25, name: str = "protocol") -> None:
-        """``explore_n``: perturbations per edit type asked of perturb_caption (100: every one the generator can
-        render); each is screened on ``screen_n`` images, at most ``screen_share`` of the image ``budget`` in all
-        (the rest is for tests), and the ``explore_top`` that fail most (one per failure mode first) are tested,
-        with sequential looks from ``explore_first_n`` up to ``explore_max_n`` images."""
-        super().__init__(name, model="protocol")
-        self.explore = explore
-        self.refine = refine
-        self.counterfactual = counterfactual
+    def __init__(self, label: str, class_prompt: str, *, baseline_n: int | None = None, budget: int | None = None,
+                 max_hypotheses: int = 4, passes: tuple[Target, ...] = PASSES, confirmations: int = MAX_CONFIRMATIONS,
+                 name: str = "protocol", designs: list[ConfirmationDesign] | None = None) -> None:
+        super().__init__(name)
         self.label = label
         self.class_prompt = class_prompt
-        self.baseline_n = baseline_n
-        self.max_hypotheses = max_hypotheses
-        self.max_refine = max_refine
-        self.max_n = max_n
-        self.explore_n = explore_n
+        self.baseline_n = baseline_n or passes[0].baseline_n
         self.budget = budget
-        self.counterfactual_n = 100
-        self.batch = 8
-        """Discovery tests per turn when the budget is tight (checked between turns)."""
+        self.max_hypotheses = max_hypotheses
+        self.passes = passes
+        self.confirmations = confirmations
+        """The declared confirmation attempts (the session's family; each is tested at alpha / this)."""
+        self._attempts = 0
+        self.designs = designs if designs is not None else pass_designs(passes, confirmations, budget)
+        """The declared confirmation sizes (each with its share of the attempts)."""
+        self._used: Counter[tuple[int, int]] = Counter()
         self._confirmed_once = False
-        """Class images a counterfactual test edits (each also sham-edited): 100 pairs show a strong mechanism."""
-        self.max_screens = None if budget is None else int(budget * screen_share) // screen_n
-        self.screen_n = screen_n
-        self.explore_top = explore_top
-        self.explore_max_n = explore_max_n
-        self.explore_first_n = explore_first_n
+        self._p0 = 0.0
+        self._have = 0
+        """The class baseline's size so far (tests top it up to their pass's size)."""
+        self._common: dict[str, float] = {}
 
-    def measure(self, caption: str, **arguments: object) -> ToolCall:
-        # Tests compare against a baseline of the planner's own size (the tool would top it up to its default).
-        return self.call("measure_rate", caption=caption, **arguments, baseline_n=self.baseline_n)
+    # -- budget ------------------------------------------------------------------------------------------
 
-    # -- the procedure ----------------------------------------------------------------------------------
+    def confirmation_baseline(self) -> int:
+        """The confirmation baseline, drawn once at the first confirmation: larger budgets can afford the power
+        their weaker targets need."""
+        b = self.budget or 0
+        return 500 if b >= 20_000 else self.baseline_n
+
+    def _left(self) -> int | None:
+        return self.images_left() if self.budget is not None else None
+
+    def _confirm_cost(self, t: Target) -> int:
+        return t.first_n + (0 if self._confirmed_once else self.confirmation_baseline())
+
+    def _topup(self, t: Target) -> int:
+        """Images the next test of pass ``t`` adds to the class baseline."""
+        return max(0, self._base_n(t) - self._have)
+
+    def _affords(self, extra: int, t: Target) -> bool:
+        """Whether ``extra`` images leave enough for the baseline's top-up and a confirmation."""
+        left = self._left()
+        return left is None or left >= extra + self._topup(t) + self._confirm_cost(t)
+
+    def _base_n(self, t: Target) -> int:
+        return max(self.baseline_n, t.baseline_n)
+
+    def measure(self, caption: str, target: str | None, t: Target, **arguments: object) -> ToolCall:
+        return self.call("measure_rate", caption=caption, target_label=target, baseline_n=self._base_n(t),
+                         spending=t.spending, futility_rate=self._futility(t), **arguments)
+
+    def _futility(self, t: Target) -> float:
+        """A test or confirmation stops, not supported, once its failure rate is surely under what pass ``t`` looks
+        for: a weaker effect is looked for again, on more images, by a later pass."""
+        return round(t.worth(self._p0), 4)
+
+    def _design(self, t: Target) -> ConfirmationDesign | None:
+        """The declared sizes for a confirmation in pass ``t``: its own while they have attempts left, else another
+        pass's, larger first."""
+        own = (min(t.first_n, t.test_n), t.test_n)
+        order = sorted(self.designs, key=lambda d: (d.key != own, d.max_n < t.test_n, abs(d.max_n - t.test_n)))
+        return next((d for d in order if self._used[d.key] < d.attempts), None)
+
+    def _cannot_confirm(self, t: Target) -> str:
+        if self._attempts >= self.confirmations or self._design(t) is None:
+            return (f"the investigation's {self.confirmations} confirmation attempts are spent (each is tested at "
+                    f"alpha/{self.confirmations})")
+        if not self._affords(0, t):
+            return "the images left cannot pay for another confirmation"
+        return ""
+
+    # -- the procedure -------------------------------------------------------------------------------------
 
     def script(self) -> Script:
-        label, prompt = self.label, self.class_prompt
+        prompt = self.class_prompt
         (first,) = yield self.turn(
-            f"I start with the baseline: how often does the classifier fail on {self.baseline_n} generated images "
-            f"of {prompt!r}? Its failures are the material for hypotheses.",
+            f"I start with a baseline of {self.baseline_n} images of {prompt!r}: its failures are the material for "
+            "hypotheses and its rate the yardstick. Strong failures show against it; later passes top it up for "
+            "weaker ones.",
             self.call("generate_and_classify", prompt=prompt, n=self.baseline_n),
         )
         base = ok(first, generate_and_classify.Result)
@@ -143,254 +376,420 @@ class ProtocolPlanner(ScriptPlanner):
             yield self.finish(f"The baseline could not be measured: {first.error}")
             return
         s = base.summary
-        confusions = ", ".join(f"{c.label} ({c.count})" for c in s.confusions) or "none"
-        failures = s.failures.k > 0
-        calls = [self.call("perturb_caption", caption=prompt, types=list(self.explore_types), n=self.explore_n,
-                           refinements=False)] if self.explore else []
-        if failures:
-            calls.insert(0, self.call("caption_failures", measurement_id=base.measurement_id))
-        results: Results = []
-        if calls:
-            results = yield self.turn(
-                f"Baseline failure rate {pct(s.failures)}; the classifier's wrong answers: {confusions}. "
-                + ("I caption the failed images, clustered by predicted label and appearance, to form hypotheses. "
-                   if failures else "There are no failures to caption. ")
-                + ("Attributes that are rare among the class's natural images rarely show up among its failures, so I "
-                   "also perturb the class prompt one attribute at a time (LANCE: background, domain, co-occurring "
-                   "object, adjective) with every phrase of the general vocabulary the generator can render."
-                   if self.explore else ""),
-                *calls,
+        self._p0 = (s.failures.k + 0.5) / (s.failures.n + 1)
+        self._have = s.failures.n
+        calls = [self.call("perturb_caption", caption=prompt, types=list(self.explore_types), n=100,
+                           refinements=False)]
+        if s.failures.k:
+            calls.insert(0, self.call("caption_failures", measurement_id=base.measurement_id, max_sentences=3))
+        results = yield self.turn(
+            f"Baseline failure rate {pct(s.failures)}. "
+            + ("I caption the failed images (clustered by wrong label and appearance) " if s.failures.k else "")
+            + "and perturb the class prompt one attribute at a time with the general vocabulary: every candidate "
+              "gets a cheap screen before any is tested.",
+            *calls,
+        )
+        caps = ok(results[0], caption_failures.Result) if s.failures.k else None
+        pert = ok(results[-1], perturb_caption.Result)
+        self._common = sentence_shares(caps.hypotheses) if caps else {}
+        hyps = []
+        seen_h: set[frozenset[str]] = set()
+        for h in caps.hypotheses if caps else []:
+            if content_key(h.caption) not in seen_h:
+                seen_h.add(content_key(h.caption))
+                hyps.append(h)
+        hyps = hyps[: self.max_hypotheses]
+        long = [h for h in hyps if sentences(h.caption) > 2]
+        parts: Results = []
+        if long:
+            parts = yield self.turn(
+                "A failure cluster's caption mixes several attributes; each sentence alone is a candidate too, so the "
+                "screen can tell which of them carries the failures.",
+                *[self.call("perturb_caption", caption=h.caption, types=[], refinements=True) for h in long],
             )
-        caps = ok(results[0], caption_failures.Result) if failures else None
-        pert = ok(results[-1], perturb_caption.Result) if self.explore else None
-        hyps = self._unique(caps.hypotheses if caps else [])[: self.max_hypotheses]
-        kinds = {e.caption: e.type for e in (pert.edits if pert else [])}
-        seen = {content_key(h.caption) for h in hyps}
-        proposed = [c for c in kinds if content_key(c) not in seen]
-        candidates = proposed[: self.max_screens]
-        capped = (f" The budget pays for screening {len(candidates)} of them (a quarter of it; the rest is for tests)."
-                  if len(candidates) < len(proposed) else "")
-        explore: list[str] = []
-        if candidates:
-            screens = yield self.turn(
-                f"perturb_caption proposes {len(proposed)} single-attribute perturbations the generator can render "
-                f"(and left out {len(pert.not_rendered) if pert else 0} it cannot). Testing them all would spend the "
-                f"budget and enlarge the family every p-value is corrected over, so I first screen each on "
-                f"{self.screen_n} images: a look, not a test.{capped} Then I test on fresh seeds the "
-                f"{self.explore_top} that fail most often, taking the strongest of each kind of failure (edit type, "
-                "wrong label) first.",
-                *[self.call("generate_and_classify", prompt=c, n=self.screen_n) for c in candidates],
-            )
-            looks = [x for c, r in zip(candidates, screens) if (x := screened(c, kinds[c], r)) is not None]
-            explore = [x.caption for x in select(looks, s.failures.rate, self.explore_top)]
-        if not hyps and not explore:
-            yield self.finish(f"Baseline {pct(s.failures)}; no caption cluster and no perturbation that screened "
-                              "above the baseline to test.")
-            return
-        listing = "; ".join(f"{h.caption!r} ({h.n_images} images, predicted {h.predicted_label})"
-                            for h in hyps) or "none"
-        hyp_n, explore_n, kept = self._discovery_sizes(len(hyps), len(explore))
-        planned = [(h.caption, hyp_n, self.measure(h.caption, target_label=h.predicted_label, max_n=hyp_n,
-                                                   first_n=min(100, hyp_n))) for h in hyps]
-        planned += [(c, explore_n, self.measure(c, max_n=explore_n, first_n=min(self.explore_first_n, explore_n)))
-                    for c in explore]
-        intro = (f"{len(hyps)} caption hypotheses, largest cluster first: {listing}. And {len(explore)} "
-                 "single-attribute perturbations that screened above the baseline. I measure each on fresh seeds "
-                 "against the baseline; sequential stopping spends few images on hypotheses that show no effect, and "
-                 "every p-value is adjusted over the whole family."
-                 + (f" I keep {kept} images for refining, testing the mechanism and confirming, so each test here "
-                    f"stops at {hyp_n} (caption hypotheses) or {explore_n} (perturbations) images, and I measure in "
-                    "batches, strongest first, while the images outside that reserve pay for a batch's worst case."
-                    if kept else ""))
-        measured: Results = []
-        while len(measured) < len(planned):
-            batch = planned[len(measured):] if not kept else []
-            if kept:
-                room = (self.images_left() or 0) - kept
-                for item in planned[len(measured):len(measured) + self.batch]:
-                    if room < item[1]:
-                        break
-                    batch.append(item)
-                    room -= item[1]
-                if not batch:
-                    measured += [CallFailed("not measured: the images left are kept for confirmation")] * (
-                        len(planned) - len(measured))
-                    break
-            measured += (yield self.turn(intro if not measured else
-                                         f"Next {len(batch)} hypotheses ({len(measured)} of {len(planned)} measured).",
-                                         *[call for _, _, call in batch]))
-        tested: dict[str, Measured] = {}
-        targets: list[str | None] = [h.predicted_label for h in hyps] + [None] * len(explore)
-        for c, target, r in zip([h.caption for h in hyps] + explore, targets, measured):
-            got = ok(r, measure_rate.Result)
-            if got is not None:
-                tested[c] = Measured(got, target or top_confusion(got))
-        supported = spread([m for m in tested.values() if m.result.verdict == "supported"],
-                           lambda m: kinds.get(m.caption, "caption"), lambda m: str(m.target))
-        summary = "; ".join(f"{c!r}: {ratio_text(m.result.rate_ratio)}, adjusted p={m.result.adjusted_p:.2g}"
-                            for c, m in tested.items() if m.result.verdict == "supported")
-        if not supported:
-            yield self.finish(f"Baseline {pct(s.failures)}. None of {len(tested)} hypotheses was supported "
-                              "after correction for the whole family.")
-            return
+        cands: list[Candidate] = []
+        keys: set[frozenset[str]] = {content_key(prompt)}
 
-        findings: list[str] = []
-        stopped = ""
-        done: set[frozenset[str]] = set()
-        attempts = 0
-        yield self.turn(f"{len(supported)} of {len(tested)} hypotheses are supported after correction: {summary}. "
-                        f"I refine and confirm at most {self.max_refine}, taking the strongest of each kind "
-                        "(caption cluster, background, domain, object, adjective) in turn, and within a kind a new "
-                        "wrong label before a second phrasing of one already taken, so that one kind of failure "
-                        "does not crowd out the others.")
-        for m in supported:
-            if attempts == self.max_refine:
-                break
-            if not self._can_confirm():
-                stopped = " The images left cannot pay for another confirmation, so I stop here."
-                break
-            refined = yield from (self._refine(m, tested) if self.refine and n_sentences(m.caption) > 2
-                                  and self._affords(2 * self.max_n) else _same(m))
-            key = content_key(refined.caption)  # one hypothesis, however its sentences are joined
-            if key in done:
-                continue
-            done.add(key)
-            attempts += 1
-            confirmed = yield from self._mechanism_and_confirm(refined, tested)
-            if confirmed:
-                findings.append(confirmed)
-        ruled_out = [c for c, m in tested.items() if m.result.verdict != "supported"]
-        text = (f"Baseline for {label}: {pct(s.failures)}. "
-                + (f"Confirmed findings: {'; '.join(findings)}. " if findings else "No finding was confirmed. ")
-                + f"{len(ruled_out)} of {len(tested)} hypotheses were not supported." + stopped)
-        yield self.finish(text)
+        def add(caption: str, kind: str, target: str | None) -> None:
+            key = content_key(caption)
+            if key not in keys:
+                keys.add(key)
+                cands.append(Candidate(caption, kind, target))
 
-    def _per_confirmation(self) -> int:
-        """Images one refined hypothesis may take after discovery: its confirmation (up to ``max_n``) and, with
-        counterfactuals, ``counterfactual_n`` class images edited and sham-edited."""
-        return self.max_n + (self.counterfactual_n * 3 if self.counterfactual else 0)
-
-    def _can_confirm(self) -> bool:
-        """Whether the images left pay for a confirmation's first look (and its baseline, once)."""
-        left = self.images_left()
-        if left is None or self.budget is None:
-            return True
-        return left >= 100 + (0 if self._confirmed_once else self.baseline_n)
-
-    def _affords(self, extra: int) -> bool:
-        """Whether the images left pay for ``extra`` and still for a confirmation (and its baseline, once)."""
-        left = self.images_left()
-        if left is None or self.budget is None:
-            return True
-        return left >= extra + self.max_n + (0 if self._confirmed_once else self.baseline_n)
-
-    def _discovery_sizes(self, n_hyps: int, n_explore: int) -> tuple[int, int, int]:
-        """Most images per discovery test (caption hypotheses, perturbations) and the images kept back for what
-        follows: discovery may not eat the budget the confirmations need. Without a known budget, the defaults."""
-        left = self.images_left()
-        if left is None or self.budget is None or not n_hyps + n_explore:
-            return self.max_n, self.explore_max_n, 0
-        keep = min(self.baseline_n + self.max_refine * self._per_confirmation(), left // 3)
-        allowance = left - keep
-        # Sequential tests stop early for futility on most hypotheses: they use about 60% of their maximum.
-        expected = 0.6 * (n_hyps * self.max_n + n_explore * self.explore_max_n)
-        if expected <= allowance:
-            return self.max_n, self.explore_max_n, keep
-        scale = allowance / expected
-        return (max(50, int(self.max_n * scale) // 10 * 10), max(30, int(self.explore_max_n * scale) // 10 * 10),
-                keep)
-
-    def _unique(self, hyps: list[caption_failures.Hypothesis]) -> list[caption_failures.Hypothesis]:
-        seen: set[str] = set()
-        out = []
+        refined = {h.caption: ok(r, perturb_caption.Result) for h, r in zip(long, parts)}
         for h in hyps:
-            if _key(h.caption) not in seen:
-                seen.add(_key(h.caption))
-                out.append(h)
+            add(h.caption, "caption", h.predicted_label)
+            got = refined.get(h.caption)
+            for e in got.refinements if got else []:
+                if e.type == "single_sentence":
+                    add(e.caption, "caption", h.predicted_label)
+        for e in pert.edits if pert else []:
+            add(e.caption, e.type, None)
+        if not cands:
+            yield self.finish(f"Baseline {pct(s.failures)}; no caption cluster and no perturbation to screen.")
+            return
+        # First looks in turn over the kinds of candidate, so that every kind is looked at early.
+        by_kind: dict[str, list[Candidate]] = {}
+        for c in cands:
+            by_kind.setdefault(c.kind, []).append(c)
+        cands = _round_robin(list(by_kind.values()))
+
+        found: list[Found] = []
+        tested = supported = screened_images = 0
+        reached: list[str] = []
+        stop = ""
+        for i, t in enumerate(self.passes):
+            if i:
+                for c in cands:
+                    if c.state in ("open", "test", "later", "dropped", "tested"):
+                        c.state = "open"
+                if not self._affords(self._pass_cost(t, cands), t):
+                    stop = (f"the images left cannot pay for a pass at {t.name} (its baseline of "
+                            f"{self._base_n(t)} images, a test and a confirmation)")
+                    break
+            yield self.turn(self._pass_intro(i, t, cands))
+            released = False
+            while not stop:
+                # Tests first: what the screen has singled out, surest first; a kind of cause with KIND_LATER
+                # findings waits until the pass has screened and tested the rest.
+                queue = self._order([c for c in cands if c.state == "test"], found)
+                if not released:
+                    for c in queue:
+                        if self._saturated(c, found):
+                            c.state = "later"
+                    queue = [c for c in queue if c.state == "test"]
+                if queue:
+                    stop = self._cannot_confirm(t)
+                    if stop:
+                        break
+                    if found:
+                        yield from self._preview(queue[:TEST_BATCH * 3])
+                    queue = [c for c in queue if not self._repeats(c, found)]
+                if queue:
+                    batch: list[Candidate] = []
+                    for c in queue:
+                        if len(batch) == TEST_BATCH or not self._affords(t.first_n * (len(batch) + 1), t):
+                            break
+                        batch.append(c)
+                    if not batch:
+                        stop = "the images left cannot pay for another test and a confirmation"
+                        break
+                    for c in batch:
+                        c.state = "tested"
+                        c.tested_in = i
+                    tested += len(batch)
+                    out = yield self.turn(
+                        f"Testing on fresh seeds ({t.name} pass): "
+                        + "; ".join(f"{c.caption!r} ({c.k}/{c.n} in the screen)" for c in batch) + ".",
+                        *[self.measure(c.caption, c.confusion, t, max_n=self._test_n(t), first_n=t.first_n)
+                          for c in batch],
+                    )
+                    for c, res in zip(batch, out):
+                        r = ok(res, measure_rate.Result)
+                        if r is None:
+                            continue
+                        self._p0 = (r.baseline.k + 0.5) / (r.baseline.n + 1)
+                        self._have = max(self._have, r.baseline.n)
+                        if not self._worth_confirming(r, i):
+                            continue
+                        supported += 1
+                        yield from self._read(c, r)
+                        if self._repeats(c, found):
+                            continue
+                        stop = self._cannot_confirm(t)
+                        if stop:
+                            break
+                        f = yield from self._confirm(c, r, t)
+                        if f is not None:
+                            c.state = "found"
+                            found.append(f)
+                    continue
+                plan = self._screen_plan(t, cands)
+                if not plan:
+                    if any(c.state == "test" for c in cands):
+                        continue  # the re-judged screen singled out candidates: test them first
+                    if any(c.state == "later" for c in cands):
+                        released = True
+                        for c in cands:
+                            if c.state == "later":
+                                c.state = "test"
+                        later = [c for c in cands if c.state == "test"]
+                        yield self.turn(
+                            f"The rest of the {t.name} pass is screened and tested; now the {len(later)} candidates "
+                            "that waited because findings of their kind already fail as their wrong label"
+                            + _named(later, self._p0) + ".")
+                        continue
+                    break
+                left = self._left()
+                if left is not None:
+                    room = left - self._topup(t) - self._confirm_cost(t) - 2 * t.first_n
+                    fitted = []
+                    for c, more in plan:
+                        if more <= room:
+                            fitted.append((c, more))
+                            room -= more
+                    if not fitted:
+                        stop = "the images left cannot pay for more screening and still a test and a confirmation"
+                        break
+                    plan = fitted
+                if found:  # what reads as a finding's idea waits for the end instead of climbing the ladder
+                    yield from self._preview([c for c, _ in plan], screening=True)
+                    plan = [(c, more) for c, more in plan if not self._repeats(c, found)]
+                    if not plan:
+                        continue
+                fresh = all(c.state == "new" for c, _ in plan)
+                looks = yield self.turn(
+                    f"Screening {len(plan)} candidates ({sum(m for _, m in plan)} images), "
+                    + ("a first look." if fresh else f"one rung up the {t.name} ladder."),
+                    *[self.call("generate_and_classify", prompt=c.caption, n=more) for c, more in plan],
+                )
+                for (c, more), res in zip(plan, looks):
+                    look = ok(res, generate_and_classify.Result)
+                    if look is None:
+                        c.state = "unrendered"
+                        continue
+                    screened_images += more
+                    c.k += look.summary.failures.k
+                    c.n += look.summary.failures.n
+                    c.looks.append((look.measurement_id, look.summary.failures.k))
+                    c.confusions.update({x.label: x.count for x in look.summary.confusions})
+                    if look.summary.unrendered:
+                        c.state = "unrendered"  # not really this caption: nothing to test
+                        continue
+                    c.state = self._judge(c, t)
+            if stop:
+                break
+            reached.append(t.name)
+        # Other phrasings of findings, with what is left.
+        others = sorted((c for c in cands if c.state == "other"), key=lambda c: -score(c.k, c.n, self._p0))
+        t = self.passes[min(len(reached), len(self.passes) - 1)]
+        if others and not stop:
+            for c in others:
+                if self._cannot_confirm(t) or not self._affords(t.first_n, t):
+                    break
+                if any(content_key(f.candidate.caption) <= content_key(c.caption) for f in found):
+                    continue
+                (res,) = yield self.turn(
+                    f"Images and confirmation attempts are left, so I test {c.caption!r}, another phrasing of a "
+                    "finding, in case it fails for a reason of its own.",
+                    self.measure(c.caption, c.confusion, t, max_n=self._test_n(t), first_n=t.first_n))
+                tested += 1
+                r = ok(res, measure_rate.Result)
+                if r is not None:
+                    self._have = max(self._have, r.baseline.n)
+                if r is None or not self._worth_confirming(r, len(self.passes) - 1):
+                    continue
+                supported += 1
+                yield from self._read(c, r)
+                if any(c.idea.same(f.candidate.idea) and not fails_otherwise(c, f) for f in found):
+                    continue  # its own failures read as a finding's idea too
+                f = yield from self._confirm(c, r, t)
+                if f is not None:
+                    c.state = "found"
+                    found.append(f)
+        yield self.finish(self._summary(s, cands, found, tested, supported, screened_images, reached, stop))
+
+    # -- pieces --------------------------------------------------------------------------------------------
+
+    def _pass_intro(self, i: int, t: Target, cands: list[Candidate]) -> str:
+        worth = t.worth(self._p0)
+        head = (f"{len(cands)} candidates. " if not i else
+                f"Pass {i + 1}: images remain, so I look for smaller effects. ")
+        return (head + f"A failure worth confirming now fails at {100 * worth:.1f}% or more ({t.ratio:g}x the class "
+                f"and {100 * t.gain:g} points above it). A candidate climbs a ladder of "
+                f"{', '.join(map(str, t.ladder))} screening images while the screen leaves at least a "
+                f"{DROP_BELOW:.0%} chance that it fails that often"
+                + (f" (none is dropped before {t.floor} images)" if t.floor > t.ladder[0] or i else "")
+                + f"; at {TEST_AT:.0%} it is tested on fresh seeds (up to {t.test_n} images), surest first, and a "
+                  "supported test is confirmed at once.")
+
+    def _pass_cost(self, t: Target, cands: list[Candidate]) -> int:
+        """The least a pass must be able to pay besides its baseline top-up and a confirmation: two tests' first
+        looks."""
+        return 2 * t.first_n
+
+    def _order(self, queue: list[Candidate], found: list[Found]) -> list[Candidate]:
+        """Test order: the surest screen first (the 20% quantile of its failure rate), divided by 1 + half the
+        findings its wrong label already has (so that one catch-all label's many real failures do not take every
+        attempt) and by 1 + a quarter of the findings of its kind (so that a kind of cause with many findings, say
+        colours, does not hold back the first finding of another), then the shortest caption."""
+        labels = Counter(f.label for f in found)
+        kinds = Counter(f.candidate.kind for f in found)
+        return sorted(queue, key=lambda c: (-score(c.k, c.n, self._p0) / (1 + labels[c.confusion] / 2)
+                                            / (1 + kinds[c.kind] / 4), sentences(c.caption), c.caption))
+
+    def _saturated(self, c: Candidate, found: list[Found]) -> bool:
+        """Whether KIND_LATER findings of the candidate's kind (background, colour, ...) already fail as its wrong
+        label."""
+        return c.confusion is not None and sum(f.candidate.kind == c.kind and f.label == c.confusion
+                                               for f in found) >= KIND_LATER
+
+    def _judge(self, c: Candidate, t: Target) -> str:
+        p = plausibility(c.k, c.n, self._p0, t)
+        top = c.n >= t.ladder[-1]
+        if (p >= TEST_AT and c.n >= t.test_from) or (top and p >= TEST_AT_TOP):
+            return "test"
+        if top or (p < DROP_BELOW and c.n >= t.floor):
+            return "dropped"
+        return "open"
+
+    def _screen_plan(self, t: Target, cands: list[Candidate]) -> list[tuple[Candidate, int]]:
+        """The next look: new candidates first, then those below the pass's floor, then those still climbing, one
+        rung up; surest first, CHUNK at a time, so that what a look singles out is tested before the next. Nothing
+        while a candidate waits for its test."""
+        fresh = [c for c in cands if c.state == "new"]
+        if fresh:
+            return [(c, t.ladder[0]) for c in fresh[:FIRST_LOOKS]]
+        for c in cands:  # a new pass's verdict on what earlier passes screened
+            if c.state == "open" and c.n:
+                c.state = self._judge(c, t)
+        if any(c.state == "test" for c in cands):
+            return []
+
+        def surest(cs: list[Candidate]) -> list[Candidate]:
+            return sorted(cs, key=lambda c: (-score(c.k, c.n, self._p0), c.caption))[:CHUNK]
+
+        low = surest([c for c in cands if c.state == "open" and c.n < t.floor])
+        if low:
+            return [(c, t.floor - c.n) for c in low]
+        out = []
+        for c in surest([c for c in cands if c.state == "open" and c.n < t.ladder[-1]]):
+            rung = next(r for r in t.ladder if r > c.n)
+            out.append((c, rung - c.n))
         return out
 
-    def _refine(self, m: Measured, tested: dict[str, Measured]) -> Generator[Turn, Results, Measured]:
-        r, target = m.result, m.target
-        assert r.hypothesis is not None
-        (first,) = yield self.turn(
-            f"{r.caption!r} is supported: {pct(r.hypothesis.failures)} vs baseline {pct(r.baseline)}, "
-            f"rate ratio {ratio_text(r.rate_ratio)}. I look for the shortest caption that keeps the effect "
-            "(each sentence alone, adjectives dropped).",
-            self.call("perturb_caption", caption=r.caption, types=[], refinements=True),
-        )
-        pert = ok(first, perturb_caption.Result)
-        proposed = [e.caption for e in pert.refinements] if pert else []
-        candidates = [c for c in proposed if c not in tested]
-        if candidates:
-            results = yield self.turn(
-                f"Measuring {len(candidates)} refinements: " + "; ".join(repr(c) for c in candidates) + ".",
-                *[self.measure(c, target_label=target, max_n=self.max_n) for c in candidates],
-            )
-            for c, res in zip(candidates, results):
-                if (got := ok(res, measure_rate.Result)) is not None:
-                    tested[c] = Measured(got, target)
-        # Refinements measured earlier (e.g. as single-attribute perturbations) count too.
-        family = [tested[c] for c in [r.caption, *proposed] if c in tested and tested[c].result.verdict == "supported"]
-        # Shortest caption first; among equals, the one whose effect is surely largest.
-        return min(family, key=lambda x: (n_sentences(x.caption), len(x.caption), -x.low))
+    def _test_n(self, t: Target) -> int:
+        left = self._left()
+        if left is None:
+            return t.test_n
+        return max(t.first_n, min(t.test_n, (left - self._topup(t) - self._confirm_cost(t)) // 2))
 
-    def _mechanism_and_confirm(self, m: Measured, tested: dict[str, Measured]) -> Generator[Turn, Results, str | None]:
-        caption, target = m.caption, m.target
-        if not self.counterfactual:
-            return (yield from self._confirm(m, None, "no counterfactual test in this procedure"))
-        if not self._affords(3 * self.counterfactual_n + self.explore_max_n):
-            return (yield from self._confirm(m, None, "no counterfactual test: the images left are kept for the "
-                                                      "confirmation"))
-        (first,) = yield self.turn(
-            f"Refined hypothesis {caption!r} ({ratio_text(m.result.rate_ratio)}). To test the mechanism I edit fresh "
-            "class images so that only the captioned attribute changes (paired McNemar test), and I measure a LANCE "
-            "perturbation of the caption as a control.",
-            self.call("perturb_caption", caption=caption, types=["background", "domain", "object"], n=1,
-                      refinements=False),
-        )
-        pert = ok(first, perturb_caption.Result)
-        controls = [e.caption for e in (pert.edits if pert else []) if e.caption not in tested][:1]
-        results = yield self.turn(
-            "Counterfactual edits, and the control " + (repr(controls[0]) if controls else "(none available)") + ".",
-            self.measure(caption, target_label=target, mode="counterfactual", max_n=self.counterfactual_n),
-            *[self.measure(c, target_label=target, max_n=self.max_n) for c in controls],
-        )
-        cf = ok(results[0], measure_rate.Result)
-        for c, res in zip(controls, results[1:]):
-            if (got := ok(res, measure_rate.Result)) is not None:
-                tested[c] = Measured(got, target)
-        if cf is not None and cf.mcnemar is not None:
-            cf_text = (f"edits flipped {cf.mcnemar.b} images to failure and {cf.mcnemar.c} back "
-                       f"(McNemar p={cf.mcnemar.p_value:.2g})")
-        else:
-            why = results[0].error if isinstance(results[0], CallFailed) else "no result"
-            cf_text = f"counterfactual unavailable ({why})"
-        return (yield from self._confirm(m, cf, cf_text))
+    def _worth_confirming(self, r: measure_rate.Result, i: int) -> bool:
+        """Supported after correction over every discovery test, or (after the first pass, when the family of
+        tests has grown) an unadjusted p-value a confirmation attempt would pass."""
+        if r.hypothesis is None or r.rate_ratio is None or r.rate_ratio.ratio <= 1:
+            return False
+        return r.verdict == "supported" or (i > 0 and r.p_value <= ALPHA / self.confirmations)
 
-    def _confirm(self, m: Measured, cf: measure_rate.Result | None, cf_text: str
-                 ) -> Generator[Turn, Results, str | None]:
-        caption, target = m.caption, m.target
+    def _preview(self, queue: list[Candidate], screening: bool = False) -> Generator[Turn, Results, None]:
+        """Captions the failures of the screens of candidates about to be tested or screened again (their look with
+        the most, if it has PREVIEW_MIN or more and more than the look read before): one that reads as a finding's
+        idea waits for the end instead of taking a test or more screening images."""
+        todo = [c for c in queue if c.looks and max(k for _, k in c.looks) >= max(PREVIEW_MIN, c.previewed + 1)]
+        for c in todo:
+            c.previewed = max(k for _, k in c.looks)
+        if not todo:
+            return
+        out = yield self.turn(
+            f"Before {'screening them again' if screening else 'testing'}, I caption the failures of their screens: "
+            "one that reads as another phrasing of a finding waits for the end.",
+            *[self.call("caption_failures", measurement_id=max(c.looks, key=lambda x: x[1])[0], max_clusters=1,
+                        max_sentences=3, min_cluster_size=1) for c in todo])
+        for c, res in zip(todo, out):
+            got = ok(res, caption_failures.Result)
+            if got is not None:
+                c.idea = idea_of(got.hypotheses, self._common)
+
+    def _read(self, c: Candidate, r: measure_rate.Result) -> Generator[Turn, Results, None]:
+        """Captions the failures of a supported test: the candidate's idea."""
+        if r.measurement_id is None:
+            return
+        (res,) = yield self.turn(
+            f"Before confirming {c.caption!r}, I caption the failures of its test: the sentences most of them share "
+            "and the class's own failures do not say what it changes, so that another phrasing of a finding is not "
+            "confirmed twice.",
+            self.call("caption_failures", measurement_id=r.measurement_id, max_clusters=1, max_sentences=3,
+                      min_cluster_size=1))
+        got = ok(res, caption_failures.Result)
+        if got is not None:
+            c.idea = idea_of(got.hypotheses, self._common)
+
+    def _repeats(self, c: Candidate, found: list[Found]) -> bool:
+        """Another phrasing of a finding (the same idea, or every content word of a finding's caption and more,
+        failing as a wrong label the finding fails as): it waits for the end, and the finding lists it. One whose
+        failures go mostly to a label the finding seldom fails as fails in a way of its own, whatever its captions
+        share."""
+        for f in found:
+            if fails_otherwise(c, f):
+                continue
+            if c.idea.same(f.candidate.idea) or content_key(f.candidate.caption) <= content_key(c.caption):
+                f.phrasings.append(c.caption)
+                c.state = "other"
+                return True
+        return False
+
+    def _confirm(self, c: Candidate, r: measure_rate.Result, t: Target) -> Generator[Turn, Results, Found | None]:
+        target = c.confusion or top_confusion(r)
+        design = self._design(t)
+        assert design is not None, "_cannot_confirm is checked before every confirmation"
         (first,) = yield self.turn(
-            f"Mechanism: {cf_text}. Now the confirmation: the same caption on fresh seeds, disjoint from every "
-            "image used so far.",
-            self.measure(caption, target_label=target, confirm=True, max_n=self.max_n),
+            f"{c.caption!r} is supported in discovery: {pct(r.hypothesis.failures) if r.hypothesis else 'n/a'} vs "
+            f"{pct(r.baseline)}, {ratio_text(r.rate_ratio)}, p={r.p_value:.2g} (adjusted {r.adjusted_p:.2g}). I "
+            "confirm it now, on fresh seeds disjoint from every image so far.",
+            self.call("measure_rate", caption=c.caption, target_label=target, confirm=True, max_n=design.max_n,
+                      first_n=design.first_n, baseline_n=self.confirmation_baseline(),
+                      futility_rate=self._futility(t),
+                      # The first attempt declares every pass's sizes, before it draws the confirmation baseline.
+                      **({} if self._confirmed_once else {"designs": [d.model_dump() for d in self.designs]})),
         )
         self._confirmed_once = True
+        self._attempts += 1
+        self._used[design.key] += 1
         conf = ok(first, measure_rate.Result)
-        if conf is None or conf.verdict != "supported":
-            why = first.error if conf is None else (
-                f"{pct(conf.hypothesis.failures) if conf.hypothesis else 'n/a'}, adjusted p={conf.adjusted_p:.2g}")
-            yield self.turn(f"{caption!r} did not replicate on fresh seeds ({why}); it is not recorded.")
+        if conf is None or conf.verdict != "supported" or conf.hypothesis is None:
+            why = first.error if conf is None else f"adjusted p={conf.adjusted_p:.2g}"
+            yield self.turn(f"{c.caption!r} did not replicate on fresh seeds ({why}); it is not recorded.")
             return None
-        assert conf.hypothesis is not None
+        cf: measure_rate.Result | None = None
+        cf_text = "no counterfactual test: the images left are kept for confirmations"
+        if self._affords(3 * COUNTERFACTUAL_N, t):
+            (got,) = yield self.turn(
+                f"Confirmed: {pct(conf.hypothesis.failures)} vs {pct(conf.baseline)} (adjusted p="
+                f"{conf.adjusted_p:.2g}). Before recording, the mechanism: {COUNTERFACTUAL_N} class images "
+                "edited to the caption, each against its control-edited twin (exact McNemar).",
+                self.call("measure_rate", caption=c.caption, target_label=target, mode="counterfactual",
+                          max_n=COUNTERFACTUAL_N, baseline_n=self._base_n(t)),
+            )
+            cf = ok(got, measure_rate.Result)
+            cf_text = (f"edits flipped {cf.mcnemar.b} images to failure and {cf.mcnemar.c} back (McNemar "
+                       f"p={cf.mcnemar.p_value:.2g})" if cf is not None and cf.mcnemar is not None
+                       else "counterfactual unavailable")
         (rec,) = yield self.turn(
-            f"Confirmed: {pct(conf.hypothesis.failures)} vs {pct(conf.baseline)} on fresh seeds "
-            f"(adjusted p={conf.adjusted_p:.2g}). Recording the finding.",
-            self.call("record_finding", caption=caption, discovery_test=m.result.test_id,
-                      confirmation_test=conf.test_id, counterfactual_test=cf.test_id if cf is not None else None,
-                      summary=f"{caption!r} fails {pct(conf.hypothesis.failures)}, "
-                              f"{ratio_text(conf.rate_ratio)} the baseline; {cf_text}."),
+            f"Recording {c.caption!r}.",
+            self.call("record_finding", caption=c.caption, discovery_test=r.test_id, confirmation_test=conf.test_id,
+                      counterfactual_test=cf.test_id if cf is not None else None,
+                      summary=f"{c.caption!r} fails {pct(conf.hypothesis.failures)}, {ratio_text(effect(conf))} "
+                              f"the baseline on fresh seeds; {cf_text}."),
         )
         if ok(rec, record_finding.Result) is None:
             return None
-        return f"{caption!r} ({ratio_text(conf.rate_ratio)}, confirmed)"
+        return Found(c, r, conf, target)
+
+    def _summary(self, s: SampleSummary, cands: list[Candidate], found: list[Found],
+                 tested: int, supported: int, screened_images: int, reached: list[str], stop: str) -> str:
+        base = s.failures
+        groups: dict[str | None, list[Found]] = {}
+        for f in sorted(found, key=lambda f: -(e.low if (e := effect(f.confirmation)) else 0)):
+            groups.setdefault(f.label, []).append(f)
+
+        def one(f: Found) -> str:
+            more = f" (also phrased {', '.join(repr(p) for p in f.phrasings[:3])})" if f.phrasings else ""
+            return f"{f.candidate.caption!r} {ratio_text(effect(f.confirmation))}{more}"
+
+        listing = " ".join(f"Failing as {label or 'other labels'}: " + "; ".join(one(f) for f in fs) + "."
+                           for label, fs in groups.items())
+        untested = [c for c in cands if c.state in ("test", "later")]
+        names = [t.name for t in self.passes]
+        unreached = [n for n in names if n not in reached]
+        reach = (f"Searched for effects down to {reached[-1]} the class rate"
+                 if reached else "No pass was completed")
+        text = (f"Baseline for {self.label}: {pct(base)}. {len(cands)} candidates screened on {screened_images} "
+                f"images; {tested} tests, {supported} supported, {len(found)} confirmed. "
+                + (f"Confirmed findings, grouped by the wrong label: {listing} " if found
+                   else "No finding was confirmed. ")
+                + (f"Singled out by the screen but not tested before the stop: {len(untested)}"
+                   + _named(untested, self._p0) + ". " if untested else "")
+                + f"{reach}"
+                + (f"; not reached: {', '.join(unreached)} ({stop})." if unreached and stop else
+                   f"; stopped: {stop}." if stop else "; every pass ran to its end."))
+        return text

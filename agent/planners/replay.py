@@ -17,11 +17,10 @@ from dataclasses import dataclass
 from sleuth.agent.errors import PlannerError
 from sleuth.agent.events import Event, PlannerTurn
 from sleuth.agent.runner import Planner, Turn
+from sleuth.agent.view import BUDGET_MODEL
 
-BUDGET_MODEL = "budget"
-"""``model`` of a turn the audit wrote in the planner's place when a budget ran out; never asked of a planner."""
-
-OFFLINE_MODULES = ("sleuth.agent.planners.protocol", "sleuth.agent.planners.scripted",
+OFFLINE_MODULES = ("sleuth.agent.planners.protocol", "sleuth.agent.planners.protocol_v1",
+                   "sleuth.agent.planners.protocol_v2", "sleuth.agent.planners.scripted",
                    "sleuth.agent.planners.random_perturb")
 
 

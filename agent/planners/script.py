@@ -14,9 +14,9 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from sleuth.agent.events import Event, PlannerTurn, ToolCall, ToolReturned
+from sleuth.agent.events import Event, ToolCall
 from sleuth.agent.runner import Turn
-from sleuth.tools import investigation_tools
+from sleuth.agent.view import InvestigationView
 
 
 @dataclass(frozen=True)
@@ -37,17 +37,10 @@ def ok(result: Any, kind: type[R]) -> R | None:
     return result if isinstance(result, kind) else None
 
 
-def last_results(events: Sequence[Event]) -> Results:
+def last_results(view: InvestigationView) -> Results:
     """Results of the calls made in the latest planner turn, in call order."""
-    reg = investigation_tools()
-    out: Results = []
-    for e in reversed(events):
-        if isinstance(e, PlannerTurn):
-            break
-        if isinstance(e, ToolReturned):
-            typed = reg.result(e.name, e.result) if e.ok else None
-            out.append(typed if typed is not None else CallFailed(e.error or "the result could not be read"))
-    return list(reversed(out))
+    return [r.result if r.result is not None else CallFailed(r.event.error or "the result could not be read")
+            for r in view.latest]
 
 
 class ScriptPlanner:
@@ -56,30 +49,28 @@ class ScriptPlanner:
     deterministic = True
     """The same tool results give the same turns: resume and fork can fast-forward it."""
 
-    def __init__(self, name: str, model: str | None = None) -> None:
+    def __init__(self, name: str) -> None:
         self.name = name
-        self.model = model or name
-        """Written as the turns' ``model``: which procedure took them."""
+        self.model = name
+        """Written as the turns' ``model``: which planner took them (its name in the planner registry)."""
         self._script: Script | None = None
         self._calls = 0
-        self._events: Sequence[Event] = ()
+        self._view: InvestigationView | None = None
 
     def script(self) -> Script:
         raise NotImplementedError
 
     def images_left(self) -> int | None:
         """Images left in the budget after the latest call that reported it (None before any did)."""
-        for e in reversed(self._events):
-            if isinstance(e, ToolReturned) and e.images_left is not None:
-                return e.images_left
-        return None
+        return self._view.images_left if self._view is not None else None
 
     def next_turn(self, events: Sequence[Event]) -> Turn:
-        self._events = events
+        view = self._view = self._view.extend(events) if self._view is not None else \
+            InvestigationView.from_events(events)
         if self._script is None:
             self._script = self.script()
             return next(self._script)
-        return self._script.send(last_results(events))
+        return self._script.send(last_results(view))
 
     def call(self, name: str, **arguments: Any) -> ToolCall:
         self._calls += 1

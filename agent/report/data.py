@@ -11,19 +11,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field
 
 from sleuth.agent.events import Event
 from sleuth.agent.report.tree import Proposal, TreeNode, build_tree
-from sleuth.tools import (
-    caption_failures,
-    edit_image,
-    generate_and_classify,
-    measure_rate,
-    perturb_caption,
-    record_finding,
-    stats,
-)
+from sleuth.agent.view import InvestigationView
+from sleuth.tools import caption_failures, edit_image, generate_and_classify, measure_rate, record_finding, stats
 from sleuth.tools.common import SampleSummary
 from sleuth.tools.counterfactual import Flip
 from sleuth.tools.investigation import normalise_caption
@@ -109,16 +102,6 @@ class RunReport(BaseModel):
     warnings: list[str] = Field(default_factory=list)
 
 
-def _parse(model: type[BaseModel], data: Any, where: str, warnings: list[str]) -> Any:
-    try:
-        return model.model_validate(data)
-    except ValidationError as e:
-        first = e.errors()[0]
-        loc = ".".join(str(p) for p in first["loc"]) or "result"
-        warnings.append(f"{where}: skipped, the result does not match this sleuth's tools ({loc}: {first['msg']})")
-        return None
-
-
 def _seconds(first: str, last: str) -> float | None:
     try:
         a = datetime.fromisoformat(first)
@@ -142,91 +125,31 @@ def _final_adjusted(rows: list[HypothesisTest]) -> None:
 
 def extract_run(events: list[Event], path: str | Path = "") -> RunReport:
     """The report model of one run's events (as ``agent.transcript.read_transcript`` returns them)."""
-    warnings: list[str] = []
-    started = next((e for e in events if e.kind == "run_started"), None)
-    finished = next((e for e in reversed(events) if e.kind == "run_finished"), None)
+    view = InvestigationView.from_events(events)
+    started, finished = view.started, view.finished
     label = str(started.config.get("class", "")) if started else ""
-    calls: dict[str, dict[str, Any]] = {}
-    samples: list[generate_and_classify.Result] = []
-    measured: dict[str, str] = {}  # measurement id -> prompt
-    rows: list[HypothesisTest] = []
-    clusters: list[tuple[str, caption_failures.Result]] = []
-    proposals: list[Proposal] = []
-    pairs: list[PairSet] = []
-    findings: list[record_finding.Result] = []
-    budget = Budget(images_used=0)
-    reasoning: list[str] = []
     class_prompt = started.class_prompt if started is not None else None
-    for e in events:
-        if e.kind == "planner_turn":
-            budget.planner_turns += 1
-            if e.reasoning:
-                reasoning.append(e.reasoning)
-            if e.usage is not None:
-                budget.prompt_tokens += e.usage.prompt_tokens
-                budget.completion_tokens += e.usage.completion_tokens
-            if e.cost_usd is not None:
-                budget.cost_usd = (budget.cost_usd or 0.0) + e.cost_usd
-        elif e.kind == "tool_called":
-            budget.tool_calls += 1
-            calls[e.call_id] = e.arguments if isinstance(e.arguments, dict) else {}
-        elif e.kind == "finding":
-            f = _parse(record_finding.Result, e.finding, f"line {e.seq + 1} (finding)", warnings)
-            if f is not None:
-                findings.append(f)
-        elif e.kind == "tool_returned":
-            budget.tool_seconds += e.duration_s
-            budget.images_used += e.images_used
-            if e.usage is not None:  # a tool's own LLM requests (perturbations)
-                budget.prompt_tokens += e.usage.prompt_tokens
-                budget.completion_tokens += e.usage.completion_tokens
-            if e.cost_usd is not None:
-                budget.cost_usd = (budget.cost_usd or 0.0) + e.cost_usd
-            if not e.ok or e.result is None:
-                budget.tool_errors += 1
-                continue
-            where = f"line {e.seq + 1} ({e.name})"
-            if e.name == "generate_and_classify":
-                r = _parse(generate_and_classify.Result, e.result, where, warnings)
-                if r is not None:
-                    samples.append(r)
-                    measured[r.measurement_id] = r.summary.prompt
-            elif e.name == "measure_rate":
-                r = _parse(measure_rate.Result, e.result, where, warnings)
-                if r is not None:
-                    rows.append(_test_row(r, e.seq))
-                    if r.measurement_id:
-                        measured[r.measurement_id] = r.caption
-                    if r.mode == "counterfactual":
-                        budget.images_edited += r.edited.n if r.edited is not None else 0
-                        pairs.append(PairSet(source=r.test_id, before_caption=class_prompt or "",
-                                             after_caption=r.caption, flips=r.flips, mcnemar=r.mcnemar,
-                                             note="; ".join(r.notes)))
-            elif e.name == "caption_failures":
-                r = _parse(caption_failures.Result, e.result, where, warnings)
-                if r is not None:
-                    parent = measured.get(r.measurement_id, "")
-                    clusters.append((parent, r))
-                    proposals += [Proposal(parent=parent, caption=h.caption,
-                                           relation=f"caption of {h.n_images} failures predicted '{h.predicted_label}'")
-                                  for h in r.hypotheses]
-            elif e.name == "perturb_caption":
-                r = _parse(perturb_caption.Result, e.result, where, warnings)
-                if r is not None:
-                    proposals += [Proposal(parent=r.caption, caption=x.caption, relation=f"{x.type}: {x.edit}")
-                                  for x in r.edits]
-                    proposals += [Proposal(parent=r.caption, caption=x.caption,
-                                           relation=f"refinement ({x.type.replace('_', ' ')}): {x.edit}")
-                                  for x in r.refinements]
-            elif e.name == "edit_image":
-                r = _parse(edit_image.Result, e.result, where, warnings)
-                if r is not None:
-                    args = calls.get(e.call_id, {})
-                    budget.images_edited += len(r.edits)
-                    pairs.append(PairSet(source=f"edit_image ({e.call_id})",
-                                         before_caption=str(args.get("source_caption", "")),
-                                         after_caption=str(args.get("target_caption", "")),
-                                         flips=r.edits, mcnemar=r.mcnemar))
+    budget = Budget(images_used=view.images_used, planner_turns=len(view.turns), tool_calls=len(view.calls),
+                    tool_errors=view.tool_errors, tool_seconds=view.tool_seconds, prompt_tokens=view.prompt_tokens,
+                    completion_tokens=view.completion_tokens, cost_usd=view.cost_usd)
+    rows: list[HypothesisTest] = []
+    pairs: list[PairSet] = []
+    for r in view.returned:
+        x = r.result
+        if isinstance(x, measure_rate.Result):
+            rows.append(_test_row(x, r.seq))
+            if x.mode == "counterfactual":
+                budget.images_edited += x.edited.n if x.edited is not None else 0
+                pairs.append(PairSet(source=x.test_id, before_caption=class_prompt or "", after_caption=x.caption,
+                                     flips=x.flips, mcnemar=x.mcnemar, note="; ".join(x.notes)))
+        elif isinstance(x, edit_image.Result):
+            budget.images_edited += len(x.edits)
+            pairs.append(PairSet(source=f"edit_image ({r.event.call_id})",
+                                 before_caption=str(r.arguments.get("source_caption", "")),
+                                 after_caption=str(r.arguments.get("target_caption", "")),
+                                 flips=x.edits, mcnemar=x.mcnemar))
+    samples = view.samples
+    findings = view.findings
     key = normalise_caption(class_prompt) if class_prompt else None
     pooled = [s for s in samples if normalise_caption(s.summary.prompt) == key]
     _final_adjusted(rows)
@@ -238,17 +161,18 @@ def extract_run(events: list[Event], path: str | Path = "") -> RunReport:
         budget.images_budget = started.config.get("budget") if isinstance(started.config.get("budget"), int) else None
     if events:
         budget.wall_seconds = _seconds(events[0].ts, events[-1].ts)
-    groups = _groups(samples, clusters)
+    clusters = view.results(caption_failures.Result)
+    proposals = [Proposal(parent=p.parent, caption=p.caption, relation=p.relation) for p in view.proposals]
     return RunReport(
         path=str(path), run_id=started.run_id if started else Path(path).parent.name, label=label,
         planner=started.planner if started else "", command=started.command if started else "",
         status=finished.status if finished else "unfinished", answer=finished.answer if finished else None,
         config=started.config if started else {}, backends=started.backends if started else {},
         class_prompt=class_prompt, baseline=pooled[0].summary if pooled else None, findings=findings, tests=rows,
-        groups=groups, pairs=pairs,
+        groups=_groups(samples, clusters), pairs=pairs,
         tree=build_tree(class_prompt, proposals, [(r.caption, r.test_id) for r in rows],
                         {f.caption: f.finding_id for f in findings}),
-        budget=budget, reasoning=reasoning, warnings=warnings,
+        budget=budget, reasoning=[t.reasoning for t in view.turns if t.reasoning], warnings=view.warnings,
     )
 
 
@@ -263,8 +187,7 @@ def _test_row(r: measure_rate.Result, seq: int) -> HypothesisTest:
     )
 
 
-def _groups(samples: list[generate_and_classify.Result],
-            clusters: list[tuple[str, caption_failures.Result]]) -> list[ImageGroup]:
+def _groups(samples: list[generate_and_classify.Result], clusters: list[caption_failures.Result]) -> list[ImageGroup]:
     out: list[ImageGroup] = []
     for s in samples:
         f = s.summary.failures
@@ -276,7 +199,7 @@ def _groups(samples: list[generate_and_classify.Result],
         if s.success_images:
             out.append(ImageGroup(title=f"Correctly classified: '{s.summary.prompt}'", refs=s.success_images,
                                   prompt=s.summary.prompt, failures=False))
-    for _, c in clusters:
+    for c in clusters:
         for h in c.hypotheses:
             out.append(ImageGroup(title=h.caption, detail=f"cluster of {h.n_images} failures predicted "
                                                           f"'{h.predicted_label}'", refs=h.images))

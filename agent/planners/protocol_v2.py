@@ -1,4 +1,4 @@
-"""The protocol planner: screen everything cheaply, test what the screen singles out, confirm at once, stop early.
+"""The protocol-v2 planner: screen everything cheaply, test what the screen singles out, confirm at once, stop early.
 
 Images are the cost that matters on real models, so this planner spends them where they pay:
 
@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from scipy import stats as sps
 
 from sleuth.agent.events import ToolCall
-from sleuth.agent.planners.protocol import pct, ratio_text, top_confusion
+from sleuth.agent.planners.protocol_v1 import pct, ratio_text, top_confusion
 from sleuth.agent.planners.screening import content_key
 from sleuth.agent.planners.script import Results, Script, ScriptPlanner, ok
 from sleuth.agent.runner import Turn
@@ -169,7 +169,7 @@ class Supported:
         return (self.candidate.kind, self.candidate.confusion or top_confusion(self.result))
 
 
-class LeanPlanner(ScriptPlanner):
+class ProtocolV2Planner(ScriptPlanner):
     """Screen every candidate on a ladder, test what the screen singles out, confirm at once, stop when nothing
     plausible is left."""
 
@@ -178,8 +178,8 @@ class LeanPlanner(ScriptPlanner):
     def __init__(self, label: str, class_prompt: str, *, baseline_n: int | None = None, budget: int | None = None,
                  max_hypotheses: int = 4, test_batch: int = 2, first_n: int = 30,
                  max_n: int = 300, counterfactual_n: int = 20, per_mode: int = 2, per_kind: int = 3,
-                 name: str = "protocol") -> None:
-        super().__init__(name, model="protocol")
+                 name: str = "protocol-v2") -> None:
+        super().__init__(name)
         self.label = label
         self.class_prompt = class_prompt
         self.baseline_n = baseline_n or 300

@@ -1,4 +1,4 @@
-"""The protocol planner (screen on a ladder, test what the screen singles out, confirm at once, stop early) through
+"""The protocol-v2 planner (screen on a ladder, test what the screen singles out, confirm at once, stop early) through
 the real loop on the fake backend set, whose one failure (snow, 60% against 3%) is known exactly."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from sleuth.agent.planners.lean import LADDER, Candidate, LeanPlanner, by_kind, plausibility, score, worth
-from sleuth.agent.planners.protocol import ProtocolPlanner
+from sleuth.agent.planners.protocol_v1 import ProtocolV1Planner
+from sleuth.agent.planners.protocol_v2 import LADDER, Candidate, ProtocolV2Planner, by_kind, plausibility, score, worth
 from sleuth.agent.planners.screening import content_key
 from sleuth.agent.transcript import read_transcript
 from tests.fakeworld import fake_backends, new_session
@@ -41,14 +41,14 @@ def test_worth_and_plausibility_follow_the_stated_rule():
 
 
 def test_it_confirms_the_known_failure_with_a_fraction_of_the_images(tmp_path):
-    session, result, events = run(tmp_path / "lean", LeanPlanner("cat", CAT, budget=20_000))
+    session, result, events = run(tmp_path / "v2", ProtocolV2Planner("cat", CAT, budget=20_000))
     assert result.status == "completed"
     inv = session.investigation
     assert [content_key(f.caption) for f in inv.findings] == [SNOW]
     f = inv.findings[0]
     assert f.confirmation.adjusted_p < 0.05 and f.counterfactual is not None
     lean_images = inv.budget.used
-    v1, _, _ = run(tmp_path / "v1", ProtocolPlanner("cat", CAT, budget=20_000))
+    v1, _, _ = run(tmp_path / "v1", ProtocolV1Planner("cat", CAT, budget=20_000))
     assert [x.caption for x in v1.investigation.findings] == [CAT + ". it is in the snow."]
     # The same finding for under a fifth of the images.
     assert lean_images * 5 < v1.investigation.budget.used
@@ -66,7 +66,7 @@ def test_it_confirms_the_known_failure_with_a_fraction_of_the_images(tmp_path):
 
 
 def test_the_screen_climbs_the_ladder_and_tests_only_what_it_singles_out(tmp_path):
-    session, _, events = run(tmp_path, LeanPlanner("cat", CAT, budget=20_000))
+    session, _, events = run(tmp_path, ProtocolV2Planner("cat", CAT, budget=20_000))
     calls = [e for e in events if e.kind == "tool_called"]
     screens = [e for e in calls if e.name == "generate_and_classify"][1:]
     sizes: dict[str, int] = {}
@@ -83,8 +83,8 @@ def test_the_screen_climbs_the_ladder_and_tests_only_what_it_singles_out(tmp_pat
 
 
 def test_it_is_deterministic(tmp_path):
-    a, _, _ = run(tmp_path / "a", LeanPlanner("cat", CAT, budget=20_000))
-    b, _, _ = run(tmp_path / "b", LeanPlanner("cat", CAT, budget=20_000))
+    a, _, _ = run(tmp_path / "a", ProtocolV2Planner("cat", CAT, budget=20_000))
+    b, _, _ = run(tmp_path / "b", ProtocolV2Planner("cat", CAT, budget=20_000))
     assert a.investigation.findings == b.investigation.findings
     assert [t.p_value for t in a.investigation.tests] == [t.p_value for t in b.investigation.tests]
 
@@ -99,7 +99,7 @@ def test_nothing_to_find_ends_after_the_screen_and_says_why(tmp_path):
 
     backends = fake_backends()
     backends.classifier = Perfect()
-    session, result, events = run(tmp_path, LeanPlanner("cat", CAT, budget=20_000), backends=backends)
+    session, result, events = run(tmp_path, ProtocolV2Planner("cat", CAT, budget=20_000), backends=backends)
     assert result.status == "completed" and session.investigation.findings == []
     assert session.investigation.tests == []
     final = [e for e in events if e.kind == "planner_turn"][-1].reasoning
@@ -112,7 +112,7 @@ def test_nothing_to_find_ends_after_the_screen_and_says_why(tmp_path):
 
 @pytest.mark.parametrize("budget", [400, 700, 1000])
 def test_a_tight_budget_is_never_overrun_and_the_stop_says_so(tmp_path, budget):
-    session, result, events = run(tmp_path, LeanPlanner("cat", CAT, budget=budget), budget=budget)
+    session, result, events = run(tmp_path, ProtocolV2Planner("cat", CAT, budget=budget), budget=budget)
     assert result.status in ("completed", "budget_spent")
     assert session.investigation.budget.used <= budget
     final = [e for e in events if e.kind == "planner_turn"][-1].reasoning
@@ -146,7 +146,7 @@ def test_equally_sure_candidates_go_by_how_much_their_failures_keep_to_one_label
 
 def test_one_finding_per_failure_mode(tmp_path):
     """Snow fails as snow leopard whatever the phrasing: one finding, and the other phrasings are not re-confirmed."""
-    session, _, events = run(tmp_path, LeanPlanner("cat", CAT, budget=20_000))
+    session, _, events = run(tmp_path, ProtocolV2Planner("cat", CAT, budget=20_000))
     assert len(session.investigation.findings) == 1
     confirms = [e for e in events
                 if e.kind == "tool_called" and e.name == "measure_rate" and e.arguments.get("confirm")]
@@ -155,14 +155,14 @@ def test_one_finding_per_failure_mode(tmp_path):
 
 def test_the_summary_names_what_the_screen_singled_out_but_never_tested(tmp_path, monkeypatch):
     """A run that stops before testing a candidate the screen singled out says which, with its screen."""
-    import sleuth.agent.planners.lean as lean
+    import sleuth.agent.planners.protocol_v2 as v2
 
-    monkeypatch.setattr(lean, "MAX_CONFIRMATIONS", 0)  # stops as soon as the screen has singled anything out
-    session, result, events = run(tmp_path, LeanPlanner("cat", CAT, budget=20_000))
+    monkeypatch.setattr(v2, "MAX_CONFIRMATIONS", 0)  # stops as soon as the screen has singled anything out
+    session, result, events = run(tmp_path, ProtocolV2Planner("cat", CAT, budget=20_000))
     final = [e for e in events if e.kind == "planner_turn"][-1].reasoning
     assert session.investigation.tests == []
     assert ("Singled out by the screen but not tested before the stop: 1 ('a realistic photograph of a cat. it is "
             "in the snow.' 7/12)") in final
     # Surest first, at most five named.
-    cands = [lean.Candidate(f"c{i}", "caption", k=i, n=12) for i in range(8)]
-    assert lean._named(cands, 0.05) == " ('c7' 7/12, 'c6' 6/12, 'c5' 5/12, 'c4' 4/12, 'c3' 3/12, and 3 more)"
+    cands = [v2.Candidate(f"c{i}", "caption", k=i, n=12) for i in range(8)]
+    assert v2._named(cands, 0.05) == " ('c7' 7/12, 'c6' 6/12, 'c5' 5/12, 'c4' 4/12, 'c3' 3/12, and 3 more)"
