@@ -3,6 +3,7 @@ set, whose one failure (snow, 60% against 3%) is known exactly, and its pieces o
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 
 import numpy as np
@@ -318,12 +319,15 @@ def test_candidates_that_waited_are_tested_before_the_pass_ends(tmp_path, monkey
     assert result.status == "completed" and "snow" in final(events)
 
 
-def test_strong_effects_are_tested_with_early_stops_and_weak_ones_with_power_at_the_last_look():
+def test_each_pass_declares_its_spending_with_its_confirmation_sizes():
     designs = protocol.pass_designs(PASSES, 80, 20_000)
     assert [(d.key, d.spending, d.attempts) for d in designs] == [
-        ((30, 300), "pocock", 48), ((50, 800), "obrien-fleming", 16), ((100, 2000), "obrien-fleming", 16)]
-    planner = ProtocolPlanner("cat", CAT)
-    assert [planner.measure(CAT + " in the snow.", None, t).arguments["spending"] for t in PASSES] == [
+        ((30, 300), "pocock", 48), ((50, 800), "pocock", 16), ((100, 2000), "pocock", 16)]
+    weak = tuple(dataclasses.replace(t, spending="obrien-fleming") if i else t for i, t in enumerate(PASSES))
+    assert [d.spending for d in protocol.pass_designs(weak, 80, 20_000)] == ["pocock", "obrien-fleming",
+                                                                             "obrien-fleming"]
+    planner = ProtocolPlanner("cat", CAT, passes=weak)
+    assert [planner.measure(CAT + " in the snow.", None, t).arguments["spending"] for t in weak] == [
         "pocock", "obrien-fleming", "obrien-fleming"]
 
 
