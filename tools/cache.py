@@ -27,7 +27,8 @@ import json
 import os
 import sqlite3
 import threading
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -83,19 +84,9 @@ class PredictionCache:
         self.misses = 0
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(self.path, timeout=30, check_same_thread=False, isolation_level=None)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.execute(
-                "CREATE TABLE IF NOT EXISTS predictions (key TEXT NOT NULL, seed INTEGER NOT NULL, "
-                "indices BLOB NOT NULL, vals BLOB NOT NULL, valid INTEGER NOT NULL, unrendered TEXT NOT NULL, "
-                "PRIMARY KEY (key, seed)) WITHOUT ROWID")
-            self._db.execute("CREATE TABLE IF NOT EXISTS edits (key TEXT PRIMARY KEY NOT NULL, image BLOB NOT NULL, "
-                             "info TEXT NOT NULL) WITHOUT ROWID")
-            self._db.execute("CREATE TABLE IF NOT EXISTS families (family TEXT PRIMARY KEY NOT NULL, "
-                             "declared TEXT NOT NULL) WITHOUT ROWID")
-            self._db.execute("CREATE TABLE IF NOT EXISTS attempts (family TEXT NOT NULL, attempt TEXT NOT NULL, "
-                             "PRIMARY KEY (family, attempt)) WITHOUT ROWID")
+            db = sqlite3.connect(self.path, timeout=BUSY_S, check_same_thread=False, isolation_level=None)
+            _when_unlocked(lambda: _set_up(db))
+            self._db = db
         self._edits: dict[str, EditOutcome] = {}
         self._families: dict[str, str] = {}
         self._attempts: dict[str, set[str]] = {}
@@ -181,6 +172,45 @@ class PredictionCache:
         if self._db is not None:
             self._db.close()
             self._db = None
+
+
+BUSY_S = 30.0
+"""How long a statement waits for another process's lock before it fails."""
+
+
+def _set_up(db: sqlite3.Connection) -> None:
+    if db.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+        db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=NORMAL")
+    db.execute("CREATE TABLE IF NOT EXISTS predictions (key TEXT NOT NULL, seed INTEGER NOT NULL, "
+               "indices BLOB NOT NULL, vals BLOB NOT NULL, valid INTEGER NOT NULL, unrendered TEXT NOT NULL, "
+               "PRIMARY KEY (key, seed)) WITHOUT ROWID")
+    db.execute("CREATE TABLE IF NOT EXISTS edits (key TEXT PRIMARY KEY NOT NULL, image BLOB NOT NULL, "
+               "info TEXT NOT NULL) WITHOUT ROWID")
+    db.execute("CREATE TABLE IF NOT EXISTS families (family TEXT PRIMARY KEY NOT NULL, "
+               "declared TEXT NOT NULL) WITHOUT ROWID")
+    db.execute("CREATE TABLE IF NOT EXISTS attempts (family TEXT NOT NULL, attempt TEXT NOT NULL, "
+               "PRIMARY KEY (family, attempt)) WITHOUT ROWID")
+
+
+def _when_unlocked(step: Callable[[], None], wait_s: float = BUSY_S) -> None:
+    """Run ``step``, again while another process holds the lock it needs, for up to ``wait_s`` seconds.
+
+    SQLite's busy timeout covers ordinary reads and writes but not every statement: switching a new file to WAL
+    fails at once with "database is locked" while another process opens the same file (as workers of one audit
+    do, sharing one cache). Every statement here is idempotent, so running it again is safe."""
+    deadline = time.monotonic() + wait_s
+    pause = 0.01
+    while True:
+        try:
+            step()
+            return
+        except sqlite3.OperationalError as err:
+            busy = "locked" in str(err) or "busy" in str(err)
+            if not busy or time.monotonic() + pause > deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.5)
 
 
 def _chunks(items: Sequence[int], size: int) -> Iterable[Sequence[int]]:
