@@ -591,6 +591,9 @@ class ProtocolPlanner(ScriptPlanner):
                 if f is not None:
                     c.state = "found"
                     found.append(f)
+                    for other in found:  # a finding of its own now, no longer another's phrasing
+                        if c.caption in other.phrasings:
+                            other.phrasings.remove(c.caption)
         yield self.finish(self._summary(s, cands, found, tested, supported, screened_images, reached, stop))
 
     # -- pieces --------------------------------------------------------------------------------------------
