@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from scipy import stats as st
 
 from sleuth.tools import investigation_tools, stats
 from sleuth.tools.artifacts import ArtifactStore
@@ -71,6 +72,40 @@ def test_the_adaptive_size_adversary_simulated_against_both_rules():
     fixed = fwer(np.full(runs, SIZES.index(1600)))  # the adversary's favourite size, fixed before k0 is drawn
     assert adaptive.low > ALPHA  # the leak: 5.7% exact
     assert fixed.high <= ALPHA  # 3.5% exact
+
+
+def rejection_by_count(plan: stats.SequentialPlan, n0: int, p0: float) -> np.ndarray:
+    """P(a null attempt of ``plan`` rejects | k0) for every k0 = 0..n0 (0 where k0 is too unlikely to compute)."""
+    k0, _, r = rejection_given_baseline(plan, n0, p0)
+    out = np.zeros(n0 + 1)
+    out[k0] = r
+    return out
+
+
+@pytest.mark.parametrize("p0", [0.003, 0.02, 0.08, 0.25])
+def test_nested_baselines_keep_the_family_at_alpha_for_a_planner_that_reads_the_first_one(p0):
+    """The protocol planner's designs at 20,000 images compare with the first 300 and the first 800 images of one
+    confirmation baseline, each size declared before any of it is drawn. The adversary reads k0 of the first 300
+    and spends the larger designs' slots only when it is low (their baselines then tend to be low too, so their
+    attempts reject more often). Exact: the family still stays under alpha, as the union bound over slots says."""
+    from sleuth.agent.planners.protocol import PASSES, pass_designs
+
+    designs = pass_designs(PASSES, 80, 20_000, 300)
+    assert [(d.baseline_n, d.attempts) for d in designs] == [(300, 48), (800, 16), (800, 16)]
+    level = ALPHA / 80
+    r = [rejection_by_count(d.plan(level), d.baseline_n, p0) for d in designs]
+    k300 = np.arange(301)
+    w300 = st.binom.pmf(k300, 300, p0)
+    x500 = st.binom.pmf(np.arange(501), 500, p0)  # images 301-800
+    # P(no false finding | k0 of the first 300): the first design's 48 slots always; the others' only when low.
+    none_first = (1 - r[0]) ** 48
+    none_later = np.array([np.dot(x500, ((1 - r[1][k:k + 501]) * (1 - r[2][k:k + 501])) ** 16) for k in k300])
+    low = k300 <= 300 * p0
+    fwer = 1 - float(np.sum(w300 * none_first * np.where(low, none_later, 1.0)))
+    assert fwer <= ALPHA
+    # Each slot's term of the union bound is its design's level averaged over its own baseline.
+    for d, rd in zip(designs, r):
+        assert float(np.dot(st.binom.pmf(np.arange(d.baseline_n + 1), d.baseline_n, p0), rd)) <= level
 
 
 # -- through the tools ------------------------------------------------------------------------------------------
@@ -189,3 +224,33 @@ def test_a_futility_rate_stops_a_weak_caption_early_and_never_a_strong_one(tmp_p
     assert on.stopped != "futility" and on.looks == [50, 100]
     strong = call(ctx, "measure_rate", caption=SNOW, max_n=400, first_n=50, futility_rate=0.3)
     assert strong.stopped == "success" and strong.verdict == "supported"
+
+
+def test_designs_with_their_own_baseline_sizes_compare_with_its_first_images(tmp_path):
+    designs = [ConfirmationDesign(first_n=30, max_n=300, attempts=2, baseline_n=300),
+               ConfirmationDesign(first_n=50, max_n=800, attempts=1, baseline_n=800)]
+    ctx = context(tmp_path, confirmation_designs=designs)
+    inv = ctx.investigation
+    used = inv.budget.used
+    a = call(ctx, "measure_rate", caption=NULL, confirm=True, max_n=300, first_n=30, baseline_n=1000)
+    assert (a.baseline.n, inv.budget.used - used - a.looks[-1]) == (300, 300)  # its declared size, not the call's
+    first = inv.baselines["confirmation"]
+    b = call(ctx, "measure_rate", caption=SNOW, confirm=True, max_n=800, first_n=50)
+    # Topped up to 800 when first needed: the first 300 are the same images, the 500 after them fresh.
+    drawn = inv.baselines["confirmation"]
+    assert b.baseline.n == 800 and drawn.seeds[:300] == first.seeds and not set(drawn.seeds[300:]) & set(first.seeds)
+    assert b.baseline.k == int((drawn.failed & drawn.valid).sum()) and b.verdict == "supported"
+    # A later attempt of the first design still compares with the first 300 only.
+    c = call(ctx, "measure_rate", caption=SNOW, confirm=True, max_n=300, first_n=30)
+    assert c.baseline == a.baseline and c.baseline.n == 300 and c.verdict == "supported"
+    assert "against the first 800 baseline images" in inv.confirmation_designs[1].text()
+
+
+def test_declared_designs_either_all_give_a_baseline_size_or_none_does(tmp_path):
+    ctx = context(tmp_path, max_confirmations=3)
+    mixed = [{"first_n": 30, "max_n": 300, "attempts": 2, "baseline_n": 300}, {"first_n": 50, "max_n": 800,
+                                                                              "attempts": 1}]
+    used = ctx.investigation.budget.used
+    with pytest.raises(ToolError, match="either all give their baseline_n or none does"):
+        call(ctx, "measure_rate", caption=SNOW, confirm=True, max_n=300, first_n=30, designs=mixed)
+    assert ctx.investigation.budget.used == used and ctx.investigation.confirmations_used == 0

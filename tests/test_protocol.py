@@ -341,18 +341,25 @@ def test_each_offline_planner_writes_its_registered_name_on_its_turns(name):
     assert planner.name == name and planner.next_turn([]).model == name
 
 
-def test_budgets_of_ten_thousand_images_draw_a_confirmation_baseline_weak_failures_can_be_confirmed_against():
-    assert ProtocolPlanner("cat", CAT, budget=6_000).confirmation_baseline() == 300
-    assert ProtocolPlanner("cat", CAT, budget=10_000).confirmation_baseline() == PASSES[1].baseline_n == 800
-    assert ProtocolPlanner("cat", CAT, budget=20_000).confirmation_baseline() == 800
-    # A weak failure of a class that seldom fails (3.5% against 0.3%): against 300 baseline images it is not under
-    # alpha over the 40 attempts declared at 10,000 images, let alone a look's share of it; against 800 it is.
+def test_each_pass_confirms_against_as_many_baseline_images_as_its_tests_have():
+    """Strong effects against the first 300 confirmation baseline images, so that the first confirmation is cheap;
+    the 2x pass against the first 800, against which a weak failure of a class that seldom fails can be confirmed."""
+    assert [d.baseline_n for d in protocol.pass_designs(PASSES, 80, 20_000, 300)] == [300, 800, 800]
+    assert [d.baseline_n for d in protocol.pass_designs(PASSES, 40, 10_000, 300)] == [300, 800]
+    assert [d.baseline_n for d in protocol.pass_designs(PASSES, 10, 2_000, 500)] == [500]
+    # A weak failure (3.5% against 0.3%): against 300 baseline images it is not under alpha over the 40 attempts
+    # declared at 10,000 images, let alone a look's share of it; against 800 it is.
     from sleuth.tools.stats.comparisons import fisher_p_greater
 
     small = float(fisher_p_greater(28, 800, 1, 300))
     large = float(fisher_p_greater(28, 800, 3, 800))
     assert small == pytest.approx(1.04e-3, rel=0.01) and large == pytest.approx(1.9e-6, rel=0.01)
     assert large < 0.05 / 40 / 10 and small > 0.05 / 40 / 2
-    # The planner reserves it before its first confirmation.
+    # The planner reserves what a confirmation adds to the baseline: 300 before the first, 500 more before the
+    # first of the 2x pass.
     planner = ProtocolPlanner("cat", CAT, budget=10_000)
-    assert planner._confirm_cost(PASSES[0]) == PASSES[0].first_n + 800
+    assert planner._confirm_cost(PASSES[0]) == PASSES[0].first_n + 300
+    assert planner._confirm_cost(PASSES[1]) == PASSES[1].first_n + 800
+    planner._conf_drawn = 300
+    assert planner._confirm_cost(PASSES[0]) == PASSES[0].first_n
+    assert planner._confirm_cost(PASSES[1]) == PASSES[1].first_n + 500

@@ -27,6 +27,12 @@ class ConfirmationDesign(BaseModel):
                                       "all of it for the last look; 'pocock' spends it more evenly, so that clear "
                                       "effects stop at an early look.")
 
+    baseline_n: int | None = Field(
+        None, ge=50, le=20_000,
+        description="Confirmation baseline images an attempt of these sizes compares with: the first baseline_n of the "
+                    "confirmation baseline's images, drawn up to this size when first needed. Declared designs either "
+                    "all give it or none does. None: the size the first attempt draws, for every attempt.")
+
     @property
     def key(self) -> tuple[int, int]:
         return min(self.first_n, self.max_n), self.max_n
@@ -38,4 +44,5 @@ class ConfirmationDesign(BaseModel):
 
     def text(self) -> str:
         shape = "" if self.spending == "obrien-fleming" else f", {self.spending.capitalize()} spending"
-        return f"first look {self.key[0]}, at most {self.max_n} images{shape}"
+        base = "" if self.baseline_n is None else f", against the first {self.baseline_n} baseline images"
+        return f"first look {self.key[0]}, at most {self.max_n} images{shape}{base}"

@@ -315,6 +315,25 @@ class Investigation:
         self.baselines[purpose] = merged
         return merged
 
+    def confirmation_baseline(self, design: ConfirmationDesign, n_min: int) -> Sample:
+        """The confirmation baseline an attempt of ``design`` compares with.
+
+        A design that declares its baseline size compares with the first ``design.baseline_n`` images of the
+        confirmation baseline, drawn up to that size when first needed: every size is fixed before any of it is
+        drawn, so an attempt's baseline is a fixed-size sample whatever the planner has seen when it draws more
+        (tools/stats/__init__.py). Without it, the baseline is drawn once at the size first asked (``n_min``)."""
+        if design.baseline_n is None:
+            return self.baseline("confirmation", n_min)
+        want = design.baseline_n
+        have = self.baselines.get("confirmation")
+        drawn = len(have.seeds) if have is not None else 0
+        if drawn < want:
+            fresh = self.sample(self.class_prompt, want - drawn, purpose="confirmation", task="baseline (confirmation)")
+            have = fresh if have is None else merge(have, fresh)
+            self.baselines["confirmation"] = have
+        assert have is not None
+        return prefix(have, want)
+
     def add_test(self, test: Test) -> Test:
         self.tests.append(test)
         self.readjust()
@@ -370,6 +389,9 @@ class Investigation:
                     len({d.key for d in designs}) != len(designs):
                 raise ToolError(f"declared sizes must share out the {self.max_confirmations} declared confirmation "
                                 "attempts, each sizes once")
+            if len({d.baseline_n is None for d in designs}) > 1:
+                raise ToolError("declared sizes either all give their baseline_n or none does (a design without "
+                                "it would compare with however much of the baseline the run had drawn)")
             if self.confirmation_designs is None:
                 self.confirmation_designs = designs
                 self._declared_by_first_attempt = True
@@ -386,7 +408,11 @@ class Investigation:
             self._adopt_family(ledger)
             assert self.cache is not None
             done = self.cache.family_attempts(ledger)
-            drawn = "drawn" if "confirmation" in self.baselines else f"baseline {baseline_n}"
+            have = self.baselines.get("confirmation")
+            if any(d.baseline_n is not None for d in self.confirmation_designs):
+                drawn = f"drawn {len(have.seeds) if have is not None else 0}"
+            else:
+                drawn = "drawn" if have is not None else f"baseline {baseline_n}"
             attempt = (f"{normalise_caption(caption)}|{self._next_seed['confirmation']}|{drawn}|"
                        f"{key[0]},{key[1]}")
             if attempt in done:  # this very attempt, made before by this transcript or a fork of it
@@ -457,6 +483,14 @@ def merge(a: Sample, b: Sample) -> Sample:
         a.generations + b.generations,
         a.generator if a.generator is not None else b.generator,
     )
+
+
+def prefix(a: Sample, n: int) -> Sample:
+    """The first ``n`` images of ``a``, in the order they were drawn."""
+    if n >= len(a.seeds):
+        return a
+    return Sample(a.prompt, a.seeds[:n], a.labels[:n], a.topk[:n], a.failed[:n], a.valid[:n], a.target_hits[:n],
+                  a.unrendered, a.generations[:n], a.generator)
 
 
 def normalise_caption(caption: str) -> str:

@@ -160,7 +160,8 @@ def _sequential(inv: Investigation, args: Args, purpose: Purpose) -> Result:
     # Sizes fixed before the baseline is seen are what keeps a confirmation valid; so is a budget stop without the
     # unspent alpha, since the budget left is the planner's to steer (tools/stats/__init__.py).
     fixed = design is not None and not inv.legacy_confirmations
-    base = inv.baseline(purpose, args.baseline_n)
+    base = (inv.confirmation_baseline(design, args.baseline_n) if design is not None
+            else inv.baseline(purpose, args.baseline_n))
     if design is not None:
         plan = design.plan(level)
     else:

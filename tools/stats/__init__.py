@@ -43,7 +43,10 @@ The design: discovery is a screen, and the guarantee comes from confirmation alo
   confirmation family up front (MAX_CONFIRMATIONS attempts, 10 by default; attempts beyond are refused) and tests
   attempt i at alpha / M (Bonferroni over the declared family). A repeat of a caption is another attempt.
 - *Sizes fixed before the baseline.* Every attempt compares with one confirmation baseline k0/n0, drawn once (at the
-  first attempt, at the size first asked; it is never topped up). Fisher's p is super-uniform averaged over k0, not
+  first attempt, at the size first asked; it is never topped up), or, where the declared designs each give a
+  baseline size, with the first ``baseline_n`` images of that baseline's seeds: drawn up to a design's size when an
+  attempt of it first needs them and read as a prefix by smaller designs, so that every attempt's baseline is a
+  sample of a size fixed before any of it was drawn. Fisher's p is super-uniform averaged over k0, not
   given k0: against a baseline in its lower tail (80/2,000 at a true 5%) a null attempt of 1,600 images rejects 5.1%
   of the time at a level of 0.5%. So a planner that reads k0 (every result prints it) and then picks an attempt's sizes
   could pick, for each k0, the sizes most likely to reject (exact: 5.7% over 10 attempts at alpha 5%). Hence an
@@ -58,7 +61,7 @@ The design: discovery is a screen, and the guarantee comes from confirmation alo
   often as the class: the rejection region grows with the hypothesis failures). Given the past, attempt i's images
   are fresh, so P(attempt i falsely rejects | past) <= r_{d_s(i)}(k0) (the union bound over the plan's looks, with
   futility stops, whatever rule or rate the planner sets them by, only removing rejections). Each slot is used at
-  most once, so
+  most once, so (with k0 the count of each design's own baseline prefix, whose images are i.i.d. whenever drawn)
   P(any false finding) <= E[sum_i r_{d_s(i)}(k0)] <= E[sum_{s=1..M} r_{d_s}(k0)] = sum_s E[r_{d_s}(k0)] <= M alpha/M
   = alpha, since each d_s is fixed, so E[r_{d_s}(k0)] is the unconditional level of a fixed sequential Fisher test,
   at most its alpha / M. The planner's choices (which caption, which slot, whether to stop, repeat or skip) only
