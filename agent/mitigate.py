@@ -189,7 +189,9 @@ def load_run(transcript: Path) -> RunFindings:
         config = recorded_config(started)
     except Exception as e:  # a RebuildError names the problem
         raise UsageError(f"{transcript}: {e}") from None
-    findings = [Finding.model_validate(e.finding) for e in events if isinstance(e, FindingEvent)]
+    # Each finding as its latest event has it (a counterfactual may be added to it after it was recorded).
+    latest = {e.finding_id: e.finding for e in events if isinstance(e, FindingEvent)}
+    findings = [Finding.model_validate(f) for f in latest.values()]
     return RunFindings(transcript.parent, started, config.label, config.criterion, config.backends,
                        [f for f in findings if f.confirmed])
 

@@ -168,7 +168,8 @@ class Runner:
 
     @property
     def n_findings(self) -> int:
-        return sum(e.kind == "finding" for e in self.writer.events)
+        # A finding updated later (its counterfactual added) is written again under its id.
+        return len({e.finding_id for e in self.writer.events if isinstance(e, Finding)})
 
     def finish(self, status: Status, answer: str | None = None) -> None:
         self.append(RunFinished(status=status, answer=answer, n_findings=self.n_findings))

@@ -103,9 +103,9 @@ class InvestigationView:
     exchanges: list[Exchange | UserMessage] = field(default_factory=list)
     """Planner turns with their results, and the user's messages, in order."""
     findings: list[record_finding.Result] = field(default_factory=list)
-    """The ``finding`` events that can be read, in order."""
+    """The findings whose ``finding`` events can be read, in the order recorded, each as its latest event has it."""
     finding_events: int = 0
-    """Every ``finding`` event, read or not."""
+    """Every finding recorded (distinct ids), read or not."""
     proposals: list[Proposed] = field(default_factory=list)
     measured: dict[str, str] = field(default_factory=dict)
     """Measurement id -> the prompt or caption its images were generated from."""
@@ -129,6 +129,7 @@ class InvestigationView:
     _last: Event | None = None
     _arguments: dict[str, dict[str, Any]] = field(default_factory=dict)
     _by_call: dict[str, Exchange] = field(default_factory=dict)
+    _finding_ids: set[str] = field(default_factory=set)
 
     @classmethod
     def from_events(cls, events: Sequence[Event], registry: Registry | None = None) -> InvestigationView:
@@ -169,10 +170,17 @@ class InvestigationView:
                     by_call[e.call_id].results[e.call_id] = e
                 self._returned(Returned(e, args.get(e.call_id, {}), self._result(e)))
             elif isinstance(e, Finding):
-                self.finding_events += 1
+                # A later event under an id already seen is that finding updated (its counterfactual added).
+                if e.finding_id not in self._finding_ids:
+                    self._finding_ids.add(e.finding_id)
+                    self.finding_events += 1
                 f = self._parse(record_finding.Result, e.finding, f"line {e.seq + 1} (finding)")
                 if f is not None:
-                    self.findings.append(f)
+                    same = [i for i, g in enumerate(self.findings) if g.finding_id == f.finding_id]
+                    if same:
+                        self.findings[same[0]] = f
+                    else:
+                        self.findings.append(f)
                     if f.confirmed and (e.finding_id or f.finding_id) not in self.images_at_findings:
                         self.images_at_findings[e.finding_id or f.finding_id] = self.images_used
 

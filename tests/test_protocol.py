@@ -9,6 +9,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
+from sleuth.agent.mitigate import load_run
 from sleuth.agent.planners import confirmations_by_budget, declared_confirmations, protocol
 from sleuth.agent.planners.protocol import (
     PASSES,
@@ -23,6 +24,7 @@ from sleuth.agent.planners.protocol import (
 from sleuth.agent.planners.protocol_v2 import ProtocolV2Planner
 from sleuth.agent.planners.screening import content_key
 from sleuth.agent.transcript import read_transcript
+from sleuth.agent.view import InvestigationView
 from sleuth.tools import measure_rate, stats
 from sleuth.tools.caption_failures import Hypothesis
 from sleuth.tools.common import Confusion, SampleSummary
@@ -144,6 +146,28 @@ def test_the_declared_family_bounds_the_attempts_and_the_stop_names_it(tmp_path)
     text = final(events)
     assert "the investigation's 0 confirmation attempts are spent" in text
     assert "Singled out by the screen but not tested before the stop: " in text and "not reached: 3x" in text
+
+
+def test_a_finding_is_recorded_when_confirmed_and_its_counterfactual_added_when_the_pass_ends(tmp_path):
+    session, result, events = run(tmp_path, ProtocolPlanner("cat", CAT, budget=6_000, confirmations=12))
+    inv = session.investigation
+    (f,) = inv.findings
+    # The finding event comes before any counterfactual image is drawn: mechanism tests never delay a finding.
+    first = next(i for i, e in enumerate(events) if e.kind == "finding")
+    cf_calls = [i for i, e in enumerate(events) if e.kind == "tool_called" and e.name == "measure_rate"
+                and e.arguments.get("mode") == "counterfactual"]
+    assert cf_calls and first < cf_calls[0]
+    recorded = [e for e in events if e.kind == "finding"]
+    assert [e.finding_id for e in recorded] == [f.finding_id] * 2
+    assert recorded[0].finding["counterfactual"] is None
+    assert recorded[1].finding["counterfactual"]["test_id"] == f.counterfactual.test_id
+    # Every reader takes a finding as its latest event has it, and counts it once.
+    view = InvestigationView.from_events(events)
+    assert [g.model_dump() for g in view.findings] == [f.model_dump()] and view.finding_events == 1
+    assert view.images_at_findings[f.finding_id] < sum(e.images_used or 0 for e in events[:cf_calls[0]]
+                                                       if e.kind == "tool_returned") + 1
+    assert events[-1].kind == "run_finished" and events[-1].n_findings == 1
+    assert [g.model_dump() for g in load_run(session.transcript).findings] == [f.model_dump()]
 
 
 def test_the_session_declares_the_planners_family_and_records_it(tmp_path):

@@ -134,6 +134,30 @@ def test_record_finding_enforces_confirmation(ctx):
         call(ctx, "record_finding", caption=SNOW, discovery_test=d.test_id, confirmation_test=c.test_id)
 
 
+def test_a_counterfactual_added_later_updates_the_finding_under_its_id(ctx):
+    d = call(ctx, "measure_rate", caption=SNOW)
+    c = call(ctx, "measure_rate", caption=SNOW, confirm=True, max_n=200)
+    f = call(ctx, "record_finding", caption=SNOW, discovery_test=d.test_id, confirmation_test=c.test_id,
+             summary="snow fails")
+    assert f.counterfactual is None
+    cf = call(ctx, "measure_rate", caption=SNOW, mode="counterfactual", max_n=40)
+    # The evidence must be the recorded finding's own; only a counterfactual may be added.
+    with pytest.raises(ToolError, match="only adds a counterfactual"):
+        call(ctx, "record_finding", caption=SNOW, discovery_test=d.test_id, confirmation_test=c.test_id)
+    other = call(ctx, "measure_rate", caption=SNOW, confirm=True, max_n=200)
+    with pytest.raises(ToolError, match="only adds a counterfactual"):
+        call(ctx, "record_finding", caption=SNOW, discovery_test=d.test_id, confirmation_test=other.test_id,
+             counterfactual_test=cf.test_id)
+    g = call(ctx, "record_finding", caption=SNOW, discovery_test=d.test_id, confirmation_test=c.test_id,
+             counterfactual_test=cf.test_id)
+    assert g.finding_id == f.finding_id and g.counterfactual is not None and g.counterfactual.test_id == cf.test_id
+    assert g.confirmation == f.confirmation and g.summary == "snow fails"  # an empty summary keeps the first
+    assert ctx.investigation.findings == [g] and ctx.emitted == [f, g]
+    with pytest.raises(ToolError, match="only adds a counterfactual"):  # it has one now
+        call(ctx, "record_finding", caption=SNOW, discovery_test=d.test_id, confirmation_test=c.test_id,
+             counterfactual_test=cf.test_id)
+
+
 def test_counterfactual_mode_uses_mcnemar_on_flips(ctx):
     r = call(ctx, "measure_rate", caption=SNOW, mode="counterfactual", max_n=200)
     assert r.mcnemar is not None

@@ -5,6 +5,8 @@ measurement of this caption, or of a caption it narrows (its content words plus 
 longer caption the recorded one refines, not a catalogue of alternatives), that showed the increase, and a confirmation
 measurement of this very caption, on seeds disjoint from discovery, significant after adjustment over the
 investigation's declared confirmation family (every confirmation attempt counts, repeats of a caption included).
+A finding's counterfactual may be cited when it is recorded or added later: recording the same caption again with
+the same evidence and a counterfactual updates the finding under its id.
 """
 
 from __future__ import annotations
@@ -30,7 +32,9 @@ class Args(BaseModel):
     caption: str = Field(description="The failure hypothesis, as measured.")
     discovery_test: str = Field(description="test_id of the measure_rate discovery result.")
     confirmation_test: str = Field(description="test_id of the measure_rate result with confirm=true.")
-    counterfactual_test: str | None = Field(None, description="Optional test_id of a counterfactual measure_rate.")
+    counterfactual_test: str | None = Field(None, description=(
+        "Optional test_id of a counterfactual measure_rate. To add one to a finding already recorded, call again "
+        "with its caption, discovery and confirmation tests."))
     summary: str = Field("", description="One or two sentences in plain words: what fails, how often, why.")
 
 
@@ -60,9 +64,14 @@ def summary(r: Result) -> str:
 
 def render(r: Result) -> list[Line]:
     c = r.confirmation
-    return [[(f"finding {r.finding_id}: ", "bold"), (r.caption, "bold")],
-            [("confirmation ", "key"), (f"{kn(c.hypothesis)} vs {kn(c.baseline)}, {ratio(c.rate_ratio)}, "
-                                        f"adjusted p {pv(c.adjusted_p)}", "")]]
+    out: list[Line] = [[(f"finding {r.finding_id}: ", "bold"), (r.caption, "bold")],
+                       [("confirmation ", "key"), (f"{kn(c.hypothesis)} vs {kn(c.baseline)}, {ratio(c.rate_ratio)}, "
+                                                   f"adjusted p {pv(c.adjusted_p)}", "")]]
+    if r.counterfactual is not None:
+        out.append([("counterfactual ", "key"), (f"{kn(r.counterfactual.hypothesis)} edited vs "
+                                                 f"{kn(r.counterfactual.baseline)} control-edited, McNemar p "
+                                                 f"{pv(r.counterfactual.p_value)}", "")])
+    return out
 
 
 MAX_EXTRA_WORDS = 3
@@ -125,13 +134,25 @@ def run(args: Args, ctx: ToolContext) -> Result:
     cf = inv.test(args.counterfactual_test) if args.counterfactual_test else None
     if cf is not None and (cf.kind != "counterfactual" or not refines(args.caption, cf.caption)):
         raise ToolError(f"{cf.id} is not a counterfactual measurement of {args.caption!r}")
-    if any(normalise_caption(f.caption) == normalise_caption(args.caption) for f in inv.findings):
-        raise ToolError(f"a finding with this caption is already recorded: {args.caption!r}")
-    result = Result(
-        finding_id=f"f{len(inv.findings) + 1}", caption=args.caption, summary=args.summary, confirmed=True,
-        discovery=evidence(d), confirmation=evidence(c), counterfactual=evidence(cf) if cf else None,
-    )
-    inv.findings.append(result)
+    same = [i for i, f in enumerate(inv.findings) if normalise_caption(f.caption) == normalise_caption(args.caption)]
+    if same:
+        # A finding is recorded as soon as it is confirmed; its counterfactual may follow. Adding it is the one
+        # change a recorded finding takes: the same evidence, one counterfactual more, under the same id.
+        i = same[0]
+        old = inv.findings[i]
+        if (cf is None or old.counterfactual is not None or old.discovery.test_id != d.id
+                or old.confirmation.test_id != c.id):
+            raise ToolError(f"finding {old.finding_id} is already recorded with this caption ({args.caption!r}); "
+                            "calling record_finding again only adds a counterfactual to a finding without one, "
+                            "citing the same discovery and confirmation tests")
+        result = old.model_copy(update={"counterfactual": evidence(cf), "summary": args.summary or old.summary})
+        inv.findings[i] = result
+    else:
+        result = Result(
+            finding_id=f"f{len(inv.findings) + 1}", caption=args.caption, summary=args.summary, confirmed=True,
+            discovery=evidence(d), confirmation=evidence(c), counterfactual=evidence(cf) if cf else None,
+        )
+        inv.findings.append(result)
     if ctx.on_finding is not None:
         ctx.on_finding(result)
     return result

@@ -288,6 +288,8 @@ class Found:
     confirmation: measure_rate.Result
     label: str | None
     phrasings: list[str] = field(default_factory=list)
+    cf_tried: bool = False
+    """Its counterfactual test was run (or attempted)."""
 
     def labels(self) -> Counter[str]:
         """The wrong labels its discovery and confirmation images failed as."""
@@ -579,6 +581,7 @@ class ProtocolPlanner(ScriptPlanner):
                         c.state = "unrendered"  # not really this caption: nothing to test
                         continue
                     c.state = self._judge(c, t)
+            yield from self._mechanisms(found, t)
             if stop:
                 break
             reached.append(t.name)
@@ -612,6 +615,7 @@ class ProtocolPlanner(ScriptPlanner):
                     for other in found:  # a finding of its own now, no longer another's phrasing
                         if c.caption in other.phrasings:
                             other.phrasings.remove(c.caption)
+        yield from self._mechanisms(found, t)
         yield self.finish(self._summary(s, cands, found, tested, supported, screened_images, reached, stop))
 
     # -- pieces --------------------------------------------------------------------------------------------
@@ -775,30 +779,59 @@ class ProtocolPlanner(ScriptPlanner):
             why = first.error if conf is None else f"adjusted p={conf.adjusted_p:.2g}"
             yield self.turn(f"{c.caption!r} did not replicate on fresh seeds ({why}); it is not recorded.")
             return None
-        cf: measure_rate.Result | None = None
-        cf_text = "no counterfactual test: the images left are kept for confirmations"
-        if self._affords(3 * COUNTERFACTUAL_N, t):
-            (got,) = yield self.turn(
-                f"Confirmed: {pct(conf.hypothesis.failures)} vs {pct(conf.baseline)} (adjusted p="
-                f"{conf.adjusted_p:.2g}). Before recording, the mechanism: {COUNTERFACTUAL_N} class images "
-                "edited to the caption, each against its control-edited twin (exact McNemar).",
-                self.call("measure_rate", caption=c.caption, target_label=target, mode="counterfactual",
-                          max_n=COUNTERFACTUAL_N, baseline_n=self._base_n(t)),
-            )
-            cf = ok(got, measure_rate.Result)
-            cf_text = (f"edits flipped {cf.mcnemar.b} images to failure and {cf.mcnemar.c} back (McNemar "
-                       f"p={cf.mcnemar.p_value:.2g})" if cf is not None and cf.mcnemar is not None
-                       else "counterfactual unavailable")
+        # Recorded as soon as it is confirmed; its counterfactual follows when the pass ends (``_mechanisms``), so
+        # the mechanism tests of the findings before it never delay a finding.
         (rec,) = yield self.turn(
-            f"Recording {c.caption!r}.",
+            f"Confirmed: {pct(conf.hypothesis.failures)} vs {pct(conf.baseline)} (adjusted p={conf.adjusted_p:.2g}). "
+            f"Recording {c.caption!r} now; its mechanism is tested when this pass ends.",
             self.call("record_finding", caption=c.caption, discovery_test=r.test_id, confirmation_test=conf.test_id,
-                      counterfactual_test=cf.test_id if cf is not None else None,
-                      summary=f"{c.caption!r} fails {pct(conf.hypothesis.failures)}, {ratio_text(effect(conf))} "
-                              f"the baseline on fresh seeds; {cf_text}."),
+                      summary=self._finding_text(c, conf)),
         )
         if ok(rec, record_finding.Result) is None:
             return None
         return Found(c, r, conf, target)
+
+    @staticmethod
+    def _finding_text(c: Candidate, conf: measure_rate.Result, cf: measure_rate.Result | None = None) -> str:
+        assert conf.hypothesis is not None
+        text = (f"{c.caption!r} fails {pct(conf.hypothesis.failures)}, {ratio_text(effect(conf))} the baseline on "
+                "fresh seeds")
+        if cf is not None and cf.mcnemar is not None:
+            text += (f"; edits flipped {cf.mcnemar.b} images to failure and {cf.mcnemar.c} back (McNemar "
+                     f"p={cf.mcnemar.p_value:.2g})")
+        return text + "."
+
+    def _mechanisms(self, found: list[Found], t: Target) -> Generator[Turn, Results, None]:
+        """The counterfactual test of each finding that has none yet, added to its record: as many as the images
+        left afford while keeping a confirmation's worth for the next pass."""
+        batch: list[Found] = []
+        for f in found:
+            if f.cf_tried:
+                continue
+            if not self._affords(3 * COUNTERFACTUAL_N * (len(batch) + 1), t):
+                break
+            batch.append(f)
+        if not batch:
+            return
+        for f in batch:
+            f.cf_tried = True
+        got = yield self.turn(
+            f"The mechanism of {len(batch)} finding{'s' * (len(batch) != 1)} recorded in this pass: "
+            f"{COUNTERFACTUAL_N} class images edited to each caption, each against its control-edited twin "
+            "(exact McNemar).",
+            *[self.call("measure_rate", caption=f.candidate.caption, target_label=f.label, mode="counterfactual",
+                        max_n=COUNTERFACTUAL_N, baseline_n=self._base_n(t)) for f in batch],
+        )
+        records = []
+        for f, res in zip(batch, got):
+            cf = ok(res, measure_rate.Result)
+            if cf is not None:
+                records.append(self.call(
+                    "record_finding", caption=f.candidate.caption, discovery_test=f.discovery.test_id,
+                    confirmation_test=f.confirmation.test_id, counterfactual_test=cf.test_id,
+                    summary=self._finding_text(f.candidate, f.confirmation, cf)))
+        if records:
+            yield self.turn("Adding each counterfactual test to its finding.", *records)
 
     def _summary(self, s: SampleSummary, cands: list[Candidate], found: list[Found],
                  tested: int, supported: int, screened_images: int, reached: list[str], stop: str) -> str:
