@@ -45,7 +45,7 @@ def small(**over: object) -> MitigateConfig:
 def fly_result(tmp_path_factory: pytest.TempPathFactory) -> tuple[MitigationResult, Path]:
     out = tmp_path_factory.mktemp("mitigation")
     runs = [load_run(t) for t in find_runs([FLY])]
-    cfg = small(findings=["f6"])
+    cfg = small(findings=["f4"])
     return Mitigation(runs, cfg).run(out), out
 
 
@@ -71,7 +71,7 @@ def test_a_mitigated_finding_improves_on_fresh_seeds_and_the_weights_load_again(
     # evaluation: six findings and the class prompt, 300 fresh images each, and 12 classes of 40 for accuracy
     assert result.images == {"training": 12 * 40 + 200, "evaluation": 6 * 300 + 300 + 12 * 40}
     trained = [o for o in result.findings if o.mitigated_here]
-    assert [(o.finding_id, o.caption) for o in trained] == [("f6", "a realistic photograph of a fly next to a flower.")]
+    assert [(o.finding_id, o.caption) for o in trained] == [("f4", "a realistic photograph of a fly next to a potted plant.")]
     flower = trained[0]
     assert flower.generated == 200 and 0 < flower.training_images <= 200
     assert flower.rates.before.n == flower.rates.after.n == 300
@@ -139,7 +139,7 @@ def _tensors(path: Path) -> dict[str, torch.Tensor]:
 @pytest.mark.e2e
 def test_block_training_changes_the_last_block_only_and_repeats_exactly(tmp_path: Path) -> None:
     runs = [load_run(t) for t in find_runs([FLY])]
-    cfg = small(findings=["f6"], n=60, id_n=12, eval_n=30, eval_id_n=12, steps=20, train="auto")
+    cfg = small(findings=["f4"], n=60, id_n=12, eval_n=30, eval_id_n=12, steps=20, train="auto")
     result = Mitigation(runs, cfg).run(tmp_path / "a")
     w = _tensors(tmp_path / "a" / "classifier.safetensors")
     orig = reload("toyworld").net.state_dict()
@@ -310,7 +310,7 @@ def test_mitigate_runs_end_to_end_on_a_real_architecture(tmp_path: Path) -> None
     run = load_run(FLY / "transcript.jsonl")
     run.backends = run.backends.model_copy(update={"classifier": spec_text})
     run.started = run.started.model_copy(update={"backends": {}})
-    cfg = small(findings=["f6"], n=16, id_n=2, eval_n=4, eval_id_n=2, steps=10, filter="none")
+    cfg = small(findings=["f4"], n=16, id_n=2, eval_n=4, eval_id_n=2, steps=10, filter="none")
     result = Mitigation([run], cfg).run(tmp_path / "out")
     assert result.classifier_after == f"torchvision:mobilenet_v3_small:{tmp_path / 'out' / 'classifier.safetensors'}"
     assert result.reload_max_abs_diff < 1e-3
@@ -326,10 +326,10 @@ def test_the_report_shows_the_mitigation(fly_result: tuple[MitigationResult, Pat
     write(result, tmp_path / "mitigation", "sleuth mitigate")
     page = build_report(tmp_path / "mitigation")  # the mitigation's folder: its runs are read from where they are
     assert page.count("<h2>Mitigation: ") == 1
-    flower = next(o for o in result.findings if o.finding_id == "f6")
+    flower = next(o for o in result.findings if o.finding_id == "f4")
     before, after = flower.rates.before, flower.rates.after
     assert f"{before.k}/{before.n}" in page and f"{after.k}/{after.n}" in page
-    assert "fly next to a flower" in page and "fly" in page.split("<h2>Mitigation")[0]  # the run's own section too
+    assert "fly next to a potted plant" in page and "fly" in page.split("<h2>Mitigation")[0]  # the run's own section too
 
 
 def test_timm_head_retrains_and_reloads_with_its_labels(tmp_path: Path) -> None:
