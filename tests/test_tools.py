@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from sleuth.tools import investigation_tools as registry
-from sleuth.tools import stats
+from sleuth.tools import record_finding, stats
 from sleuth.tools.artifacts import ArtifactStore
 from sleuth.tools.context import ToolContext
 from sleuth.tools.investigation import CONFIRMATION_OFFSET, Budget, Investigation
@@ -153,6 +153,8 @@ def test_a_counterfactual_added_later_updates_the_finding_under_its_id(ctx):
     assert g.finding_id == f.finding_id and g.counterfactual is not None and g.counterfactual.test_id == cf.test_id
     assert g.confirmation == f.confirmation and g.summary == "snow fails"  # an empty summary keeps the first
     assert ctx.investigation.findings == [g] and ctx.emitted == [f, g]
+    shown = ["".join(text for text, _ in line) for line in record_finding.render(g)]
+    assert len(shown) == 3 and shown[2].startswith("counterfactual ") and "(adjusted " in shown[2]
     with pytest.raises(ToolError, match="only adds a counterfactual"):  # it has one now
         call(ctx, "record_finding", caption=SNOW, discovery_test=d.test_id, confirmation_test=c.test_id,
              counterfactual_test=cf.test_id)

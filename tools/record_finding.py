@@ -70,7 +70,8 @@ def render(r: Result) -> list[Line]:
     if r.counterfactual is not None:
         out.append([("counterfactual ", "key"), (f"{kn(r.counterfactual.hypothesis)} edited vs "
                                                  f"{kn(r.counterfactual.baseline)} control-edited, McNemar p "
-                                                 f"{pv(r.counterfactual.p_value)}", "")])
+                                                 f"{pv(r.counterfactual.p_value)} (adjusted "
+                                                 f"{pv(r.counterfactual.adjusted_p)})", "")])
     return out
 
 
