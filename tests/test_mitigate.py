@@ -71,7 +71,8 @@ def test_a_mitigated_finding_improves_on_fresh_seeds_and_the_weights_load_again(
     # evaluation: six findings and the class prompt, 300 fresh images each, and 12 classes of 40 for accuracy
     assert result.images == {"training": 12 * 40 + 200, "evaluation": 6 * 300 + 300 + 12 * 40}
     trained = [o for o in result.findings if o.mitigated_here]
-    assert [(o.finding_id, o.caption) for o in trained] == [("f4", "a realistic photograph of a fly next to a potted plant.")]
+    assert [(o.finding_id, o.caption) for o in trained] == [
+        ("f4", "a realistic photograph of a fly next to a potted plant.")]
     flower = trained[0]
     assert flower.generated == 200 and 0 < flower.training_images <= 200
     assert flower.rates.before.n == flower.rates.after.n == 300
@@ -329,7 +330,8 @@ def test_the_report_shows_the_mitigation(fly_result: tuple[MitigationResult, Pat
     flower = next(o for o in result.findings if o.finding_id == "f4")
     before, after = flower.rates.before, flower.rates.after
     assert f"{before.k}/{before.n}" in page and f"{after.k}/{after.n}" in page
-    assert "fly next to a potted plant" in page and "fly" in page.split("<h2>Mitigation")[0]  # the run's own section too
+    # the run's own section too
+    assert "fly next to a potted plant" in page and "fly" in page.split("<h2>Mitigation")[0]
 
 
 def test_timm_head_retrains_and_reloads_with_its_labels(tmp_path: Path) -> None:
