@@ -68,8 +68,8 @@ def test_mode_sentences() -> None:
 def test_a_mitigated_finding_improves_on_fresh_seeds_and_the_weights_load_again(
         fly_result: tuple[MitigationResult, Path]) -> None:
     result, out = fly_result
-    # evaluation: six findings and the class prompt, 300 fresh images each, and 12 classes of 40 for accuracy
-    assert result.images == {"training": 12 * 40 + 200, "evaluation": 6 * 300 + 300 + 12 * 40}
+    # evaluation: five findings and the class prompt, 300 fresh images each, and 12 classes of 40 for accuracy
+    assert result.images == {"training": 12 * 40 + 200, "evaluation": 5 * 300 + 300 + 12 * 40}
     trained = [o for o in result.findings if o.mitigated_here]
     assert [(o.finding_id, o.caption) for o in trained] == [
         ("f4", "a realistic photograph of a fly next to a potted plant.")]
@@ -85,7 +85,7 @@ def test_a_mitigated_finding_improves_on_fresh_seeds_and_the_weights_load_again(
     assert result.effective == (flower.verdict == "mitigated")
     # every other finding of the run is measured too, and only tested for harm
     others = [o for o in result.findings if not o.mitigated_here]
-    assert len(others) == 5 and all(o.rates.adjusted_p_better is None for o in others)
+    assert len(others) == 4 and all(o.rates.adjusted_p_better is None for o in others)
     assert all(o.rates.adjusted_p_worse is not None for o in others)
     assert all(o.verdict in ("unchanged", "worse") for o in others)
     assert [b.label for b in result.baselines] == ["fly"]
