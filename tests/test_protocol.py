@@ -109,14 +109,18 @@ def test_nothing_to_find_spends_the_passes_and_says_so(tmp_path):
     assert session.investigation.tests == []
     text = final(events)
     assert "No finding was confirmed" in text and "every pass ran to its end" in text
-    # Every candidate the generator can render was looked at up to the last pass's floor before it was let go;
-    # the others once (the generator reported the words it cannot draw).
+    # Every candidate the generator can render was looked at until the last pass's target would have shown a failure
+    # in it at least half the time (its floor, 32 images, is too few at 1.5x a class that never fails: 80); the
+    # others once (the generator reported the words it cannot draw).
     screens = [e for e in events if e.kind == "tool_called" and e.name == "generate_and_classify"][1:]
     per_caption: Counter[str] = Counter()
     for e in screens:
         per_caption[e.arguments["prompt"]] += e.arguments["n"]
     drawn = {n for p, n in per_caption.items() if not unrendered(p)}
-    assert drawn == {max(t.floor for t in PASSES)}
+    last = PASSES[-1]
+    worth = last.worth(0.5 / (last.baseline_n + 1))
+    rungs = [n for n in sorted({last.floor, *last.ladder}) if n >= last.floor]
+    assert drawn == {next(n for n in rungs if (1 - worth) ** n <= last.drop_evidence)} == {80}
     assert {n for p, n in per_caption.items() if unrendered(p)} == {PASSES[0].ladder[0]}
 
 
@@ -201,6 +205,55 @@ def test_ideas_come_from_what_the_failures_share_and_the_class_does_not():
     assert white.top == "the background is white" or not white.same(snow)
     assert not Idea(frozenset({"a", "b"}), "a").same(Idea(frozenset({"b", "c"}), "c"))
     assert idea_of([], common) == Idea() and not Idea().same(Idea())
+
+
+def test_what_most_of_the_class_is_captioned_with_and_a_lone_failure_are_no_idea():
+    """A class that seldom fails gives no failures to tell its own look from what a candidate changes: the other
+    candidates' captioned failures do. A sentence shared by one failure is no idea, and a sentence that says a word of
+    the candidate's own caption is its top sentence."""
+    def hyp(n: int, *sentences: str) -> Hypothesis:
+        return Hypothesis(caption="x", predicted_label="y", n_images=n, sentences=list(sentences), mean_loglik=[],
+                          images=[])
+
+    water, blue = "it is in the water", "the background is blue"
+    purple = [hyp(2, water, blue, "the shark is purple")]
+    white = [hyp(24, water, blue, "the shark is white")]
+    # Without a background the sentences every shark image gets make the two colours one idea.
+    assert idea_of(purple, {}).same(idea_of(white, {}))
+    # Against other candidates' failures, about half of which say 'in the water', only the colour is said of them.
+    background = {water: 0.55, blue: 0.6, "the shark is white": 0.1, "the shark is purple": 0.0}
+    assert idea_of(white, {}, background) == Idea(frozenset({"the shark is white"}), "the shark is white")
+    assert not idea_of(purple, {}, background).same(idea_of(white, {}, background))
+    # Without a background, the sentence that says the candidate's own word comes first.
+    own = idea_of(purple, {}, None, protocol.stems("a realistic photograph of a purple shark") - protocol.stems(
+        "a realistic photograph of a shark"))
+    assert own.top == "the shark is purple" and not own.same(idea_of(white, {}, None, frozenset({"white"})))
+    assert protocol.stems("it is on the rocks") == protocol.stems("on a rock") == {"rock"}
+    # One failure of two says it: no idea.
+    assert idea_of([hyp(1, "it is at night", "it is on the road"), hyp(1, "it is at night", "it is on the grass")],
+                   {}).top == "it is at night"
+    assert idea_of([hyp(1, "it is at night", "it is on the road"), hyp(1, "it is on the grass")], {}) == Idea()
+
+
+def test_ideas_are_read_again_against_every_captioned_candidate():
+    planner = ProtocolPlanner("shark", "a realistic photograph of a shark")
+
+    def captioned(caption: str, *sentences: str) -> Candidate:
+        return Candidate(caption, "colour", captioned=[Hypothesis(caption="x", predicted_label="y", n_images=4,
+                                                                  sentences=list(sentences), mean_loglik=[],
+                                                                  images=[])])
+
+    water = "it is in the water"
+    cands = [captioned(f"a {c} shark", water, f"the shark is {c}") for c in ("purple", "white", "green")]
+    planner._cands = cands
+    planner._refresh_ideas()  # two others each: too few to say what is said of every shark
+    assert all(water in c.idea.sentences for c in cands)
+    planner._cands = cands + [captioned(f"a shark {w}", water, f"it is {w}") for w in ("at night", "in fog")]
+    planner._refresh_ideas()
+    assert [c.idea.top for c in cands] == ["the shark is purple", "the shark is white", "the shark is green"]
+    assert all(water not in c.idea.sentences for c in cands)
+    finding = Found(cands[1], None, None, "goldfish")  # type: ignore[arg-type]
+    assert planner._repeat_of(cands[0], [finding]) is None and not finding.phrasings
 
 
 def test_another_phrasing_of_a_finding_waits_and_a_different_idea_is_confirmed():

@@ -14,13 +14,15 @@ stops only when the images left cannot pay for the next step:
   posterior (a Beta prior with the weight of two images, centred on the baseline rate). It is tested when the
   posterior probability that it fails at the pass's target is 90% (60% at the top of the ladder), climbs the
   ladder while that probability is 20% or more, and is dropped for the pass below that, but never before the
-  pass's floor of images. New candidates get their first look in chunks, in turn over the kinds of candidate, so
+  pass's floor of images, nor, in later passes, while its screen would be a likely one of a failure at the target
+  (``Target.drop_evidence``). New candidates get their first look in chunks, in turn over the kinds of candidate, so
   the first tests come a few hundred images in.
 - **Tests and confirmation**: the surest candidate first; a supported test (or, in later passes, one whose
   unadjusted p-value would pass a confirmation) is confirmed at once on fresh seeds, its mechanism tested on class
   images edited against their control-edited twins, and recorded.
 - **Distinct findings, by what differs**: before a candidate is tested, the failures of its screen are captioned;
-  the sentence most of them share and the class's own failures do not is what the candidate changes (its *idea*).
+  the sentence most of them share and neither the class's own failures nor, on average, the other captioned
+  candidates' failures do is what the candidate changes (its *idea*, read again as more are captioned).
   A candidate whose idea is a finding's idea ("on a rock" after "on a mountain top", both captioned "it is on the
   rocks") is another phrasing of that finding and waits; so does one that holds every content word of a finding
   and more. Different ideas are confirmed however they fail: two attributes that fail as the same wrong label are
@@ -86,6 +88,11 @@ class Target:
     weak effects, found no more bugs on the benchmark (docs/planner.md)."""
     confirmation_baseline: int = 0
     """Confirmation baseline images its confirmations compare with (the first so many of it); 0: ``baseline_n``."""
+    drop_evidence: float = 1.0
+    """A candidate is dropped only once a failure rate worth confirming would give as few failures as its screen's
+    with at most this probability. In a class that seldom fails the prior holds a screen with no failure at almost
+    zero, and a failure of 5% shows none in 12 images half the time: the later passes, whose targets are a few points
+    above the class, do not drop it on so little."""
 
     def worth(self, p0: float) -> float:
         """The failure rate a candidate must plausibly reach, given the class rate ``p0``."""
@@ -98,8 +105,8 @@ class Target:
 
 PASSES = (
     Target(3.0, 0.05, (3, 12, 32), 3, 300, 30, 300, 3),
-    Target(2.0, 0.02, (12, 32, 80, 200), 12, 800, 50, 800, 80),
-    Target(1.5, 0.01, (80, 200, 500), 32, 2000, 100, 1500, 200, confirmation_baseline=800),
+    Target(2.0, 0.02, (12, 32, 80, 200), 12, 800, 50, 800, 80, drop_evidence=0.5),
+    Target(1.5, 0.01, (80, 200, 500), 32, 2000, 100, 1500, 200, confirmation_baseline=800, drop_evidence=0.5),
 )
 """The 1.5x pass confirms against 800 baseline images, not its tests' 1,500: with 1,500 it confirmed failures of
 1.2-2x at about 2% that the benchmark's oracle (3,000 images) cannot tell from 1.2x, so counts as false."""
@@ -120,8 +127,14 @@ TEST_BATCH = 2
 COUNTERFACTUAL_N = 20
 IDEA_SHARE = 0.5
 IDEA_LIFT = 0.25
-"""A candidate's idea: the caption sentence at least IDEA_SHARE of its captioned failures share, and IDEA_LIFT more
-of them than of the class's own failures."""
+IDEA_MIN = 2
+IDEA_OVER = 2.0
+BACKGROUND_MIN = 4
+"""A candidate's idea: the caption sentences at least IDEA_SHARE of its captioned failures share (IDEA_MIN failures
+or more), IDEA_LIFT more of them than of the class's own failures, and IDEA_OVER times their mean share over the
+other candidates whose failures were captioned (once BACKGROUND_MIN were): a sentence the captioner says of most
+images of the class ("it is in the sky" of a fence) says nothing of what a candidate changes, even where the class
+seldom fails."""
 NAMED = 5
 KIND_LATER = 2
 """Findings of one kind of cause failing as one wrong label after which further such candidates wait for the end of
@@ -207,16 +220,30 @@ class Idea:
                 and other.top in self.sentences)
 
 
-def idea_of(hyps: list[caption_failures.Hypothesis], common: dict[str, float]) -> Idea:
-    """The sentences most of a candidate's failures share and the class's failures do not (none: an empty idea)."""
+def stems(text: str) -> frozenset[str]:
+    """Content words without a plural 's' ('rocks' and 'rock' are one word)."""
+    return frozenset(w[:-1] if w.endswith("s") and len(w) > 3 else w for w in content_key(text))
+
+
+def idea_of(hyps: list[caption_failures.Hypothesis], common: dict[str, float],
+            background: dict[str, float] | None = None, words: frozenset[str] = frozenset()) -> Idea:
+    """The sentences most of a candidate's failures share and neither the class's failures nor (``background``, the
+    mean share over other candidates' captioned failures) the class's images in general do (none: an empty idea).
+    The most shared is its top sentence, one that says a word of the candidate's own caption (``words``, its
+    ``stems`` beyond the class prompt's) before any other: 'the shark is purple' is what 'a purple shark' changes,
+    whatever else its failures show."""
     shares = sentence_shares(hyps)
+    total = sum(h.n_images for h in hyps)
+    background = background or {}
     # Among equally shared sentences, the one the captioner ranked first (it lists the likeliest first).
     rank: dict[str, float] = {}
     for h in hyps:
         for i, s in enumerate(h.sentences):
             rank[s.strip().lower()] = rank.get(s.strip().lower(), 0.0) + h.n_images / (i + 1)
-    kept = sorted(((v, s) for s, v in shares.items() if v >= IDEA_SHARE and v - common.get(s, 0.0) >= IDEA_LIFT),
-                  key=lambda x: (-x[0], -rank.get(x[1], 0.0), x[1]))
+    kept = sorted(((v, s) for s, v in shares.items()
+                   if v >= IDEA_SHARE and v * total >= IDEA_MIN and v - common.get(s, 0.0) >= IDEA_LIFT
+                   and v >= IDEA_OVER * background.get(s, 0.0)),
+                  key=lambda x: (not stems(x[1]) & words, -x[0], -rank.get(x[1], 0.0), x[1]))
     return Idea(frozenset(s for _, s in kept), kept[0][1] if kept else None)
 
 
@@ -237,7 +264,9 @@ class Candidate:
     """new | open (climbing) | test | dropped (this pass) | tested (this pass) | found | other (a finding's phrasing) |
     unrendered."""
     idea: Idea = field(default_factory=Idea)
-    """What the captions of its supported test's failures say it changes (``idea_of``)."""
+    """What the captions of its failures say it changes (``idea_of``), read again as more candidates are captioned."""
+    captioned: list[caption_failures.Hypothesis] = field(default_factory=list)
+    """The captions of its failures read last (a screen look's or a supported test's)."""
     tested_in: int = -1
     """The last pass that tested it."""
 
@@ -330,6 +359,7 @@ class ProtocolPlanner(ScriptPlanner):
         self._have = 0
         """The class baseline's size so far (tests top it up to their pass's size)."""
         self._common: dict[str, float] = {}
+        self._cands: list[Candidate] = []
 
     # -- budget ------------------------------------------------------------------------------------------
 
@@ -460,6 +490,7 @@ class ProtocolPlanner(ScriptPlanner):
         for c in cands:
             by_kind.setdefault(c.kind, []).append(c)
         cands = _round_robin(list(by_kind.values()))
+        self._cands = cands
 
         found: list[Found] = []
         tested = supported = screened_images = 0
@@ -467,9 +498,21 @@ class ProtocolPlanner(ScriptPlanner):
         stop = ""
         for i, t in enumerate(self.passes):
             if i:
+                back = []
                 for c in cands:
                     if c.state in ("open", "test", "later", "dropped", "tested"):
                         c.state = "open"
+                    elif c.state == "other" and self._repeat_of(c, found) is None:
+                        c.state = "open"  # read again against more captions, no longer a finding's phrasing
+                        back.append(c)
+                        for g in found:
+                            if c.caption in g.phrasings:
+                                g.phrasings.remove(c.caption)
+                if back:
+                    yield self.turn(
+                        f"Read against the captions of more candidates, {len(back)} that waited as another phrasing "
+                        "of a finding say something of their own" + _named(back, self._p0) + "; they are screened "
+                        "again.")
                 if not self._affords(self._pass_cost(t, cands), t):
                     stop = (f"the images left cannot pay for a pass at {t.name} (its baseline of "
                             f"{self._base_n(t)} images, a test and a confirmation)")
@@ -666,7 +709,8 @@ class ProtocolPlanner(ScriptPlanner):
         top = c.n >= t.ladder[-1]
         if (p >= TEST_AT and c.n >= t.test_from) or (top and p >= TEST_AT_TOP):
             return "test"
-        if top or (p < DROP_BELOW and c.n >= t.floor):
+        if top or (p < DROP_BELOW and c.n >= t.floor
+                   and sps.binom.cdf(c.k, c.n, t.worth(self._p0)) <= t.drop_evidence):
             return "dropped"
         return "open"
 
@@ -725,7 +769,8 @@ class ProtocolPlanner(ScriptPlanner):
         for c, res in zip(todo, out):
             got = ok(res, caption_failures.Result)
             if got is not None:
-                c.idea = idea_of(got.hypotheses, self._common)
+                c.captioned = list(got.hypotheses)
+        self._refresh_ideas()
 
     def _read(self, c: Candidate, r: measure_rate.Result) -> Generator[Turn, Results, None]:
         """Captions the failures of a supported test: the candidate's idea."""
@@ -739,21 +784,46 @@ class ProtocolPlanner(ScriptPlanner):
                       min_cluster_size=1))
         got = ok(res, caption_failures.Result)
         if got is not None:
-            c.idea = idea_of(got.hypotheses, self._common)
+            c.captioned = list(got.hypotheses)
+            self._refresh_ideas()
+
+    def _refresh_ideas(self) -> None:
+        """Reads the idea of every captioned candidate again, against the mean share of each sentence over the other
+        captioned candidates (``idea_of``): the more candidates are captioned, the surer what is said of most images
+        of the class."""
+        done = [c for c in self._cands if c.captioned]
+        shares = [sentence_shares(c.captioned) for c in done]
+        sums: Counter[str] = Counter()
+        for sh in shares:
+            sums.update(sh)
+        others = len(done) - 1
+        for c, own in zip(done, shares):
+            background = ({x: (v - own.get(x, 0.0)) / others for x, v in sums.items()}
+                          if others >= BACKGROUND_MIN else None)
+            c.idea = idea_of(c.captioned, self._common, background,
+                             stems(c.caption) - stems(self.class_prompt))
 
     def _repeats(self, c: Candidate, found: list[Found]) -> bool:
         """Another phrasing of a finding (the same idea, or every content word of a finding's caption and more,
         failing as a wrong label the finding fails as): it waits for the end, and the finding lists it. One whose
         failures go mostly to a label the finding seldom fails as fails in a way of its own, whatever its captions
         share."""
+        f = self._repeat_of(c, found)
+        if f is None:
+            return False
+        f.phrasings.append(c.caption)
+        c.state = "other"
+        return True
+
+    @staticmethod
+    def _repeat_of(c: Candidate, found: list[Found]) -> Found | None:
+        """The finding a candidate is another phrasing of, if any (``_repeats``)."""
         for f in found:
             if fails_otherwise(c, f):
                 continue
             if c.idea.same(f.candidate.idea) or content_key(f.candidate.caption) <= content_key(c.caption):
-                f.phrasings.append(c.caption)
-                c.state = "other"
-                return True
-        return False
+                return f
+        return None
 
     def _confirm(self, c: Candidate, r: measure_rate.Result, t: Target) -> Generator[Turn, Results, Found | None]:
         target = c.confusion or top_confusion(r)
