@@ -215,19 +215,19 @@ def test_what_most_of_the_class_is_captioned_with_and_a_lone_failure_are_no_idea
         return Hypothesis(caption="x", predicted_label="y", n_images=n, sentences=list(sentences), mean_loglik=[],
                           images=[])
 
-    water, blue = "it is in the water", "the background is blue"
-    purple = [hyp(2, water, blue, "the shark is purple")]
-    white = [hyp(24, water, blue, "the shark is white")]
-    # Without a background the sentences every shark image gets make the two colours one idea.
+    water, blue = "it is on the road", "the sky is blue"
+    purple = [hyp(2, water, blue, "the bicycle is purple")]
+    white = [hyp(24, water, blue, "the bicycle is white")]
+    # Without a background the sentences every bicycle image gets make the two colours one idea.
     assert idea_of(purple, {}).same(idea_of(white, {}))
     # Against other candidates' failures, about half of which say 'in the water', only the colour is said of them.
-    background = {water: 0.55, blue: 0.6, "the shark is white": 0.1, "the shark is purple": 0.0}
-    assert idea_of(white, {}, background) == Idea(frozenset({"the shark is white"}), "the shark is white")
+    background = {water: 0.55, blue: 0.6, "the bicycle is white": 0.1, "the bicycle is purple": 0.0}
+    assert idea_of(white, {}, background) == Idea(frozenset({"the bicycle is white"}), "the bicycle is white")
     assert not idea_of(purple, {}, background).same(idea_of(white, {}, background))
     # Without a background, the sentence that says the candidate's own word comes first.
-    own = idea_of(purple, {}, None, protocol.stems("a realistic photograph of a purple shark") - protocol.stems(
-        "a realistic photograph of a shark"))
-    assert own.top == "the shark is purple" and not own.same(idea_of(white, {}, None, frozenset({"white"})))
+    own = idea_of(purple, {}, None, protocol.stems("a realistic photograph of a purple bicycle") - protocol.stems(
+        "a realistic photograph of a bicycle"))
+    assert own.top == "the bicycle is purple" and not own.same(idea_of(white, {}, None, frozenset({"white"})))
     assert protocol.stems("it is on the rocks") == protocol.stems("on a rock") == {"rock"}
     # One failure of two says it: no idea.
     assert idea_of([hyp(1, "it is at night", "it is on the road"), hyp(1, "it is at night", "it is on the grass")],
@@ -236,21 +236,21 @@ def test_what_most_of_the_class_is_captioned_with_and_a_lone_failure_are_no_idea
 
 
 def test_ideas_are_read_again_against_every_captioned_candidate():
-    planner = ProtocolPlanner("shark", "a realistic photograph of a shark")
+    planner = ProtocolPlanner("bicycle", "a realistic photograph of a bicycle")
 
     def captioned(caption: str, *sentences: str) -> Candidate:
         return Candidate(caption, "colour", captioned=[Hypothesis(caption="x", predicted_label="y", n_images=4,
                                                                   sentences=list(sentences), mean_loglik=[],
                                                                   images=[])])
 
-    water = "it is in the water"
-    cands = [captioned(f"a {c} shark", water, f"the shark is {c}") for c in ("purple", "white", "green")]
+    water = "it is on the road"
+    cands = [captioned(f"a {c} bicycle", water, f"the bicycle is {c}") for c in ("purple", "white", "green")]
     planner._cands = cands
-    planner._refresh_ideas()  # two others each: too few to say what is said of every shark
+    planner._refresh_ideas()  # two others each: too few to say what is said of every bicycle
     assert all(water in c.idea.sentences for c in cands)
-    planner._cands = cands + [captioned(f"a shark {w}", water, f"it is {w}") for w in ("at night", "in fog")]
+    planner._cands = cands + [captioned(f"a bicycle {w}", water, f"it is {w}") for w in ("at dusk", "in fog")]
     planner._refresh_ideas()
-    assert [c.idea.top for c in cands] == ["the shark is purple", "the shark is white", "the shark is green"]
+    assert [c.idea.top for c in cands] == ["the bicycle is purple", "the bicycle is white", "the bicycle is green"]
     assert all(water not in c.idea.sentences for c in cands)
     finding = Found(cands[1], None, None, "goldfish")  # type: ignore[arg-type]
     assert planner._repeat_of(cands[0], [finding]) is None and not finding.phrasings

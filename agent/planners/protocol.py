@@ -133,7 +133,7 @@ BACKGROUND_MIN = 4
 """A candidate's idea: the caption sentences at least IDEA_SHARE of its captioned failures share (IDEA_MIN failures
 or more), IDEA_LIFT more of them than of the class's own failures, and IDEA_OVER times their mean share over the
 other candidates whose failures were captioned (once BACKGROUND_MIN were): a sentence the captioner says of most
-images of the class ("it is in the sky" of a fence) says nothing of what a candidate changes, even where the class
+images of the class ("it is on the road" of a bicycle) says nothing of what a candidate changes, even where the class
 seldom fails."""
 NAMED = 5
 KIND_LATER = 2
@@ -212,7 +212,7 @@ class Idea:
     sentences: frozenset[str] = frozenset()
     """The sentences most of its failures share and the class's failures do not."""
     top: str | None = None
-    """The most shared of them."""
+    """The most shared of them (one that says a word of the candidate's own caption first)."""
 
     def same(self, other: Idea) -> bool:
         """One idea: each one's most shared sentence is among the other's."""
@@ -230,7 +230,7 @@ def idea_of(hyps: list[caption_failures.Hypothesis], common: dict[str, float],
     """The sentences most of a candidate's failures share and neither the class's failures nor (``background``, the
     mean share over other candidates' captioned failures) the class's images in general do (none: an empty idea).
     The most shared is its top sentence, one that says a word of the candidate's own caption (``words``, its
-    ``stems`` beyond the class prompt's) before any other: 'the shark is purple' is what 'a purple shark' changes,
+    ``stems`` beyond the class prompt's) before any other: 'the bicycle is purple' is what 'a purple bicycle' changes,
     whatever else its failures show."""
     shares = sentence_shares(hyps)
     total = sum(h.n_images for h in hyps)
