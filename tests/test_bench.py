@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from sleuth.agent.bench.calibrate import Calibration
+from sleuth.agent.bench.calibrate import Calibration, CalibrationJob, calibration_run
 from sleuth.agent.bench.discovery import names_bug
 from sleuth.agent.cli import main
 from sleuth.tools import stats
@@ -91,3 +91,20 @@ def test_bench_discovery_command_scores_a_subset(capsys, tmp_path):
     for run in out["runs"]:
         (bug,) = run["bugs"]
         assert bug["oracle"]["n"] == 3000 and bug["oracle"]["ratio"] > 5
+
+
+def test_a_calibration_run_is_filed_reused_and_run_again_after_an_interruption(tmp_path):
+    job = CalibrationJob("protocol", "null", 0, None, 600, None, 0.05, 0.3, 0.05, tmp_path)
+    first = calibration_run(job)
+    run_dir = next((tmp_path / "protocol" / "null").glob("*-0"))
+    filed = run_dir.parent / f"{run_dir.name}.json"
+    assert json.loads(filed.read_text()) == first and first["images"] > 0
+    transcript = next(run_dir.rglob("transcript.jsonl"))
+    stamp = transcript.stat().st_mtime_ns
+    assert calibration_run(job) == first and transcript.stat().st_mtime_ns == stamp  # reused, not run again
+    # Interrupted before its result was filed: the folder is run again from the start, to the same result.
+    filed.unlink()
+    (run_dir / "left-over").write_text("x")
+    again = calibration_run(job)
+    assert not (run_dir / "left-over").exists() and filed.exists()
+    assert {k: v for k, v in again.items() if k != "seconds"} == {k: v for k, v in first.items() if k != "seconds"}

@@ -19,8 +19,10 @@ confirmation rate it rests on, stay at or below alpha for every planner, adversa
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
+import shutil
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
@@ -107,7 +109,11 @@ def _toy(world: str | None) -> Any:
 
 
 def calibration_run(job: CalibrationJob) -> dict[str, Any]:
-    """One investigation against a (partial-)null classifier, and which stages let a null hypothesis through."""
+    """One investigation against a (partial-)null classifier, and which stages let a null hypothesis through.
+
+    Its result is filed beside its run folder (``<label>-<index>.json``) once it ends, and a calibration run again
+    into the same root reuses it; a run folder without a filed result is what an interrupted calibration left, and
+    is run again from the start (the run is deterministic)."""
     from sleuth.agent.bench.discovery import run_investigation
     from sleuth.tools.backends.base import Backends
     from sleuth.tools.backends.toyworld.config import load_world
@@ -140,6 +146,12 @@ def calibration_run(job: CalibrationJob) -> dict[str, Any]:
     backends = Backends(generator=generator, classifier=classifier, captioner=toy.captioner, embedder=toy.embedder,
                         editor=editor, class_prompt=toy.class_prompt)
     run_dir = job.root / job.planner / job.kind / f"{label.replace(' ', '-')}-{job.index}"
+    filed = run_dir.parent / f"{run_dir.name}.json"
+    if filed.exists():
+        done: dict[str, Any] = json.loads(filed.read_text())
+        return done
+    if run_dir.exists():
+        shutil.rmtree(run_dir)
     record, inv = run_investigation(backends, label, seed, job.planner, budget=job.budget, baseline_n=job.baseline_n,
                                     alpha=job.alpha, with_investigation=True, run_dir=run_dir)
     base_share = hot_share(world, inv.class_prompt, *hot) if hot else 0.0
@@ -159,13 +171,17 @@ def calibration_run(job: CalibrationJob) -> dict[str, Any]:
         "finding": any(f.confirmed and null(f.caption) for f in inv.findings),
     }
     real = [f.caption for f in inv.findings if f.confirmed and not null(f.caption)]
-    return {"planner": job.planner, "kind": job.kind, "index": job.index, "label": label,
+    result = {"planner": job.planner, "kind": job.kind, "index": job.index, "label": label,
             "hot": "=".join(hot) if hot else None, "status": record.status, "images": record.images,
             "seconds": record.seconds, "through": through,
             "false_findings": [f.caption for f in inv.findings if f.confirmed and null(f.caption)],
             "false_finding_p": [f.confirmation.adjusted_p for f in inv.findings if f.confirmed and null(f.caption)],
             "real_findings": real, "confirmations": inv.confirmations_used,
             "discovery_tests": sum(t.purpose == "discovery" for t in rate_tests)}
+    partial = filed.parent / f"{filed.name}.part"
+    partial.write_text(json.dumps(result))
+    partial.replace(filed)
+    return result
 
 
 def _rate(k: int, n: int) -> dict[str, Any]:
