@@ -440,3 +440,28 @@ def test_each_pass_confirms_against_as_many_baseline_images_as_its_tests_have():
     planner._conf_drawn = 300
     assert planner._confirm_cost(PASSES[0]) == PASSES[0].first_n
     assert planner._confirm_cost(PASSES[1]) == PASSES[1].first_n + 500
+
+
+def test_a_phrasing_a_later_pass_singles_out_is_tested_in_its_own_right_at_the_end_of_that_pass():
+    planner = ProtocolPlanner("bicycle", "a realistic photograph of a bicycle")
+    planner._p0 = 0.02
+    idea = Idea(frozenset({"the bicycle is orange"}), "the bicycle is orange")
+    golden = Candidate("a realistic photograph of a golden bicycle", "adjective", target="car", idea=idea)
+    finding = Found(golden, None, None, "car")  # type: ignore[arg-type]
+    strong = Candidate("a realistic photograph of an orange bicycle", "adjective", target="car", k=8, n=80,
+                       idea=idea)
+    weak = Candidate("a realistic photograph of an amber bicycle", "adjective", target="car", k=3, n=80, idea=idea)
+    assert planner._repeats(strong, [finding]) and planner._repeats(weak, [finding])
+    assert strong.state == weak.state == "other"
+    # 8/80 against a class failing 2%: surely above the 2x pass's 4%, not the 3x pass's 7%.
+    assert plausibility(8, 80, 0.02, PASSES[1]) >= protocol.TEST_AT > plausibility(8, 80, 0.02, PASSES[0])
+    cands = [golden, strong, weak]
+    assert planner._due_phrasings(cands, PASSES[0], 0) == []  # the first pass's phrasings fail as strongly
+    planner._pass = 1
+    assert planner._due_phrasings(cands, PASSES[1], 1) == [strong]
+    assert strong.state == "test" and weak.state == "other"
+    assert not planner._repeats(strong, [finding])  # tested in its own right in this pass, whatever it reads as
+    strong.state = "other"
+    assert planner._due_phrasings(cands, PASSES[1], 1) == []  # once a pass
+    planner._pass = 2
+    assert planner._repeats(strong, [finding])  # a later pass reads it as a phrasing again

@@ -269,6 +269,8 @@ class Candidate:
     """The captions of its failures read last (a screen look's or a supported test's)."""
     tested_in: int = -1
     """The last pass that tested it."""
+    own_test: int = -1
+    """The pass that tests it in its own right though it reads as a finding's phrasing (``_due_phrasings``)."""
 
     @property
     def confusion(self) -> str | None:
@@ -348,6 +350,8 @@ class ProtocolPlanner(ScriptPlanner):
         self.confirmations = confirmations
         """The declared confirmation attempts (the session's family; each is tested at alpha / this)."""
         self._attempts = 0
+        self._pass = 0
+        """The pass under way."""
         self.designs = designs if designs is not None else pass_designs(passes, confirmations, budget,
                                                                           self.baseline_n)
         """The declared confirmation sizes (each with its share of the attempts)."""
@@ -497,6 +501,7 @@ class ProtocolPlanner(ScriptPlanner):
         reached: list[str] = []
         stop = ""
         for i, t in enumerate(self.passes):
+            self._pass = i
             if i:
                 back = []
                 for c in cands:
@@ -573,18 +578,29 @@ class ProtocolPlanner(ScriptPlanner):
                         if f is not None:
                             c.state = "found"
                             found.append(f)
+                            for g in found:  # a finding of its own now, no longer another's phrasing
+                                if c.caption in g.phrasings:
+                                    g.phrasings.remove(c.caption)
                     continue
                 plan = self._screen_plan(t, cands)
                 if not plan:
                     if any(c.state == "test" for c in cands):
                         continue  # the re-judged screen singled out candidates: test them first
-                    if any(c.state == "later" for c in cands):
-                        released = True
-                        later = self._release(cands)
+                    later = self._release(cands) if not released else []
+                    released = True
+                    due = self._due_phrasings(cands, t, i)
+                    if later:
                         yield self.turn(
                             f"The rest of the {t.name} pass is screened and tested; now the {len(later)} candidates "
                             "that waited because findings of their kind already fail as their wrong label"
                             + _named(later, self._p0) + ".")
+                    if due:
+                        yield self.turn(
+                            f"The {t.name} pass is screened and tested; {len(due)} that waited as another phrasing of "
+                            "a finding have screens it singles out" + _named(due, self._p0) + ", so each is tested "
+                            "in its own right, surest first with the rest: one that fails on fresh seeds is a finding "
+                            "too, listed with the one it rephrases.")
+                    if later or due:
                         continue
                     break
                 left = self._left()
@@ -698,6 +714,22 @@ class ProtocolPlanner(ScriptPlanner):
                 c.state = "test"
         return [c for c in cands if c.state == "test"]
 
+    def _due_phrasings(self, cands: list[Candidate], t: Target, i: int) -> list[Candidate]:
+        """At the end of a later pass, the candidates that waited as a finding's phrasing whose screens the pass
+        singles out: back in the test queue, tested and confirmed in their own right (``own_test``). A phrasing that
+        fails at a smaller effect than the finding it reads as is often a failure of its own (two colours the
+        captioner names alike), something the budget can still detect; left waiting for the end of the last pass, it
+        is seldom reached. One the first pass singles out fails as strongly as its finding and waits."""
+        due: list[Candidate] = []
+        if not i:  # a phrasing the first pass singles out fails as strongly as its finding: most likely its idea
+            return due
+        for c in cands:
+            if c.state == "other" and c.own_test < i and self._judge(c, t) == "test":
+                c.state = "test"
+                c.own_test = i
+                due.append(c)
+        return due
+
     def _saturated(self, c: Candidate, found: list[Found]) -> bool:
         """Whether KIND_LATER findings of the candidate's kind (background, colour, ...) already fail as its wrong
         label."""
@@ -808,7 +840,7 @@ class ProtocolPlanner(ScriptPlanner):
         failing as a wrong label the finding fails as): it waits for the end, and the finding lists it. One whose
         failures go mostly to a label the finding seldom fails as fails in a way of its own, whatever its captions
         share."""
-        f = self._repeat_of(c, found)
+        f = None if c.own_test == self._pass else self._repeat_of(c, found)
         if f is None:
             return False
         f.phrasings.append(c.caption)
