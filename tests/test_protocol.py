@@ -465,3 +465,26 @@ def test_a_phrasing_a_later_pass_singles_out_is_tested_in_its_own_right_at_the_e
     assert planner._due_phrasings(cands, PASSES[1], 1) == []  # once a pass
     planner._pass = 2
     assert planner._repeats(strong, [finding])  # a later pass reads it as a phrasing again
+
+
+def test_the_images_kept_back_for_a_test_go_to_the_surest_open_candidate_when_screening_stops():
+    planner = ProtocolPlanner("bicycle", "a realistic photograph of a bicycle")
+    planner._p0 = 0.01
+    idea = Idea(frozenset({"the bicycle is orange"}), "the bicycle is orange")
+    finding = Found(Candidate("a realistic photograph of a golden bicycle", "adjective", target="car", idea=idea),
+                    None, None, "car")  # type: ignore[arg-type]
+
+    def cand(caption: str, k: int, n: int, state: str = "open", **kw) -> Candidate:
+        return Candidate(f"a realistic photograph of a bicycle {caption}", "background", k=k, n=n, state=state, **kw)
+
+    phrasing = cand("that is orange", 9, 80, idea=idea)  # the surest, but a finding's phrasing
+    dropped = cand("in the rain", 6, 32, state="dropped")
+    best, next_ = cand("in a tunnel", 4, 80), cand("on a bridge", 2, 80)
+    unseen = cand("in a barn", 0, 0)
+    cands = [unseen, next_, dropped, phrasing, best]
+    t = PASSES[1]
+    assert plausibility(9, 80, 0.01, t) > plausibility(4, 80, 0.01, t) > plausibility(2, 80, 0.01, t)
+    assert planner._last_shot(cands, [finding], t) is best and best.state == "test"
+    assert planner._last_shot(cands, [finding], t) is next_
+    assert planner._last_shot(cands, [finding], t) is None  # an unscreened, a dropped and a phrasing are not shots
+    assert phrasing.state == "open" and dropped.state == "dropped" and unseen.state == "open"

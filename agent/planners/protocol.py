@@ -612,6 +612,13 @@ class ProtocolPlanner(ScriptPlanner):
                             fitted.append((c, more))
                             room -= more
                     if not fitted:
+                        last = self._last_shot(cands, found, t)
+                        if last is not None:
+                            yield self.turn(
+                                "The images left cannot pay for more screening, but they can pay for a test and a "
+                                "confirmation: I test the surest candidate the screen has not dropped, "
+                                f"{last.caption!r} ({last.k}/{last.n} in the screen).")
+                            continue
                         stop = "the images left cannot pay for more screening and still a test and a confirmation"
                         break
                     plan = fitted
@@ -713,6 +720,19 @@ class ProtocolPlanner(ScriptPlanner):
             if c.state == "later":
                 c.state = "test"
         return [c for c in cands if c.state == "test"]
+
+    def _last_shot(self, cands: list[Candidate], found: list[Found], t: Target) -> Candidate | None:
+        """When the images left pay for a test and a confirmation but no more screening: the candidate still
+        climbing the ladder most plausibly worth confirming (not a finding's phrasing), put in the test queue. The
+        screen keeps back a test and a confirmation's images so that what it singles out can be tested; this spends
+        them on its best guess instead of leaving them unused."""
+        open_ = [c for c in cands if c.state == "open" and c.n]
+        for c in sorted(open_, key=lambda c: (-plausibility(c.k, c.n, self._p0, t), c.caption)):
+            if found and (self._repeat_of(c, found) is not None or self._saturated(c, found)):
+                continue
+            c.state = "test"
+            return c
+        return None
 
     def _due_phrasings(self, cands: list[Candidate], t: Target, i: int) -> list[Candidate]:
         """At the end of a later pass, the candidates that waited as a finding's phrasing whose screens the pass
