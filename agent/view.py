@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -29,6 +30,7 @@ from sleuth.agent.events import (
     ToolReturned,
     UserMessage,
 )
+from sleuth.agent.transcript import read_transcript
 from sleuth.tools import (
     caption_failures,
     edit_image,
@@ -136,6 +138,12 @@ class InvestigationView:
         view = cls(registry or investigation_tools())
         view._add(events)
         return view
+
+    @classmethod
+    def from_transcript(cls, path: str | Path, registry: Registry | None = None) -> InvestigationView:
+        """The view of a transcript file, read through the transcript reader (hash chain checked, old schemas
+        upgraded); raises ``TranscriptError`` naming its first bad line, ``OSError`` if it cannot be read."""
+        return cls.from_events(read_transcript(path), registry)
 
     def extend(self, events: Sequence[Event]) -> InvestigationView:
         """This view brought up to ``events``: the same log grown reads only its new events; another log is read

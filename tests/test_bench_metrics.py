@@ -10,7 +10,6 @@ import pytest
 from sleuth.agent.bench.metrics import (
     BugOutcome,
     band_of,
-    images_at_findings,
     is_real,
     planner_summary,
     quantiles,
@@ -62,20 +61,33 @@ def test_strength_bands():
 
 def _events(*spec):
     """tool_returned (images) and finding (id, confirmed) events in order."""
+    from sleuth.agent.events import Finding, ToolReturned
+    from sleuth.tools import stats
+    from sleuth.tools.findings import Evidence
+
+    ev = Evidence(test_id="t", hypothesis=stats.binomial_rate(9, 30), baseline=stats.binomial_rate(3, 300),
+                  rate_ratio=stats.rate_ratio(9, 30, 3, 300), p_value=1e-4, adjusted_p=1e-3, kind="confirmation")
     out = []
-    for item in spec:
+    for i, item in enumerate(spec):
         if isinstance(item, int):
-            out.append({"kind": "tool_returned", "images_used": item, "images_left": None})
+            out.append(ToolReturned(call_id=str(i), name="measure_rate", ok=False, images_used=item))
         else:
             fid, confirmed = item
-            out.append({"kind": "finding", "finding_id": fid, "finding": {"finding_id": fid, "confirmed": confirmed}})
+            finding = {"finding_id": fid, "caption": "c", "summary": "", "confirmed": confirmed,
+                       "discovery": ev.model_dump(mode="json"), "confirmation": ev.model_dump(mode="json")}
+            out.append(Finding(finding_id=fid, finding=finding))
     return out
 
 
 def test_images_until_first_confirmation_sums_images_before_the_finding():
-    events = _events(1000, 30, 30, ("f1", True), 0, 400, ("f2", False), 200, ("f2", True), ("f1", True), 50)
-    assert images_at_findings(events) == {"f1": 1060, "f2": 1660}
-    assert images_at_findings(_events(100, ("f1", False))) == {}
+    from sleuth.agent.view import InvestigationView
+
+    def at(*spec):
+        return InvestigationView.from_events(_events(*spec)).images_at_findings
+
+    assert at(1000, 30, 30, ("f1", True), 0, 400, ("f2", False), 200, ("f2", True), ("f1", True), 50) == \
+        {"f1": 1060, "f2": 1660}
+    assert at(100, ("f1", False)) == {}
 
 
 def test_recall_against_budget_counts_bugs_confirmed_by_then():

@@ -1,13 +1,19 @@
-"""The miss report: how far a planted bug got in a run, read from transcript events."""
+"""The miss report: how far a planted bug got in a run, read from its transcript through the investigation's view."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
 
 from sleuth.agent.bench.misses import STAGES, miss_counts, stage_of
 from sleuth.agent.bench.table import misses_table
+from sleuth.agent.events import Event, RunStarted, ToolCalled, ToolReturned
+from sleuth.agent.view import InvestigationView
+from sleuth.tools import generate_and_classify, measure_rate, perturb_caption, record_finding, stats
+from sleuth.tools.common import SampleSummary
+from sleuth.tools.findings import Evidence
 
 CLASS = "a photo of a cat"
 SNOW = "a photo of a cat in the snow."
@@ -17,40 +23,69 @@ def names(caption: str) -> bool:
     return "snow" in caption
 
 
-class Events:
-    def __init__(self) -> None:
-        self.events: list[dict[str, Any]] = []
+def evidence(caption: str, kind: str) -> Evidence:
+    return Evidence(test_id=kind, hypothesis=stats.binomial_rate(9, 30), baseline=stats.binomial_rate(10, 300),
+                    rate_ratio=stats.rate_ratio(9, 30, 10, 300), p_value=1e-4, adjusted_p=1e-3, kind=kind)
 
-    def call(self, name: str, args: dict[str, Any], result: dict[str, Any] | None) -> Events:
+
+class Events:
+    """A run's events, call by call, each result a real one of its tool."""
+
+    def __init__(self) -> None:
+        self.events: list[Event] = [RunStarted(run_id="r", command="investigate", planner="protocol",
+                                               class_prompt=CLASS)]
+
+    def call(self, name: str, args: dict[str, Any], result: BaseModel | None) -> Events:
         i = str(len(self.events))
-        self.events += [{"kind": "tool_called", "call_id": i, "name": name, "arguments": args},
-                        {"kind": "tool_returned", "call_id": i, "name": name, "ok": result is not None,
-                         "result": result}]
+        self.events += [ToolCalled(call_id=i, name=name, arguments=args),
+                        ToolReturned(call_id=i, name=name, ok=result is not None,
+                                     result=None if result is None else result.model_dump(mode="json"))]
         return self
 
     def look(self, prompt: str, k: int, n: int) -> Events:
+        summary = SampleSummary(prompt=prompt, failures=stats.binomial_rate(k, n), seeds=(0, n - 1))
         return self.call("generate_and_classify", {"prompt": prompt, "n": n},
-                         {"summary": {"failures": {"k": k, "n": n}}})
+                         generate_and_classify.Result(measurement_id=f"m{len(self.events)}", summary=summary,
+                                                      failure_images=[], success_images=[]))
+
+    def propose(self, caption: str) -> Events:
+        edit = perturb_caption.Edit(type="background", edit="-> in the snow", caption=caption)
+        return self.call("perturb_caption", {"caption": CLASS},
+                         perturb_caption.Result(caption=CLASS, edits=[edit], refinements=[], source="vocabulary"))
 
     def test(self, caption: str, purpose: str, verdict: str) -> Events:
         return self.call("measure_rate", {"caption": caption, "confirm": purpose == "confirmation"},
-                         {"caption": caption, "purpose": purpose, "verdict": verdict})
+                         measure_rate.Result(test_id=f"t{len(self.events)}", caption=caption, purpose=purpose,
+                                             mode="sample", baseline=stats.binomial_rate(10, 300), p_value=0.5,
+                                             adjusted_p=0.5, family_size=1, adjust_method="holm", verdict=verdict))
+
+    def record(self, caption: str) -> Events:
+        return self.call("record_finding", {"caption": caption},
+                         record_finding.Result(finding_id="f1", caption=caption, summary="", confirmed=True,
+                                               discovery=evidence(caption, "discovery"),
+                                               confirmation=evidence(caption, "confirmation")))
+
+    @property
+    def view(self) -> InvestigationView:
+        view = InvestigationView.from_events(self.events)
+        assert not view.warnings, view.warnings
+        return view
 
 
 def stage(e: Events, found: bool = False) -> str:
-    return str(stage_of(e.events, names, CLASS, found)["stage"])
+    return str(stage_of(e.view, names, found)["stage"])
 
 
 def test_each_stage_is_the_furthest_the_bug_got():
     base = Events().look(CLASS, 10, 300)
     assert stage(base) == "never proposed"
-    base.call("perturb_caption", {}, {"edits": [{"caption": SNOW}]})
+    base.propose(SNOW)
     assert stage(base) == "proposed, not screened"
     base.look(SNOW, 0, 3)
     assert stage(base) == "screened out"
-    assert stage_of(base.events, names, CLASS, False)["screen"]["k"] == 0
+    assert stage_of(base.view, names, False)["screen"]["k"] == 0
     base.look(SNOW, 9, 29)  # pooled 9/32 against a 3.3% class: 2x is all but certain
-    out = stage_of(base.events, names, CLASS, False)
+    out = stage_of(base.view, names, False)
     assert out["stage"] == "screened, not tested" and out["screen"]["n"] == 32
     assert out["screen"]["p_twice_baseline"] == pytest.approx(1.0, abs=1e-3)
     base.test(SNOW, "discovery", "inconclusive")
@@ -61,7 +96,7 @@ def test_each_stage_is_the_furthest_the_bug_got():
     assert stage(base) == "confirmation not significant"
     base.test(SNOW, "confirmation", "supported")
     assert stage(base) == "confirmed, not recorded"
-    base.call("record_finding", {"caption": SNOW}, {"caption": SNOW})
+    base.record(SNOW)
     assert stage(base) == "recorded, not real"
     assert stage(base, found=True) == "found"
 

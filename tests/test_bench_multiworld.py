@@ -53,18 +53,36 @@ def fake_loaded(key, world, oracle_n, criterion):
 
 def fake_investigation(backends, label, seed, planner, *, budget, baseline_n, run_dir, criterion="top1"):
     """protocol confirms the planted bug after 3,000 images, then a false finding; wiles confirms only the false one."""
+    from sleuth.agent.events import Finding, RunStarted, ToolReturned
+    from sleuth.agent.transcript import TranscriptWriter
+    from sleuth.tools import stats
+    from sleuth.tools.findings import Evidence
+
     run_dir.mkdir(parents=True, exist_ok=True)
     world = run_dir.parent.parent.parent.name
     bug = CAPTIONS[(world, label)]
-    findings = [{"finding_id": "f2", "caption": f"a realistic photograph of a {label}. it is in a bathroom."}]
-    events = [{"kind": "tool_returned", "images_used": 1000}, {"kind": "tool_returned", "images_used": 2000}]
+    ev = Evidence(test_id="t", hypothesis=stats.binomial_rate(9, 30), baseline=stats.binomial_rate(3, 300),
+                  rate_ratio=stats.rate_ratio(9, 30, 3, 300), p_value=1e-4, adjusted_p=1e-3, kind="confirmation")
+
+    def finding(fid: str, caption: str) -> Finding:
+        return Finding(finding_id=fid, finding={"finding_id": fid, "caption": caption, "summary": "", "confirmed": True,
+                                                "discovery": ev.model_dump(mode="json"),
+                                                "confirmation": ev.model_dump(mode="json")})
+
+    def used(n: int) -> ToolReturned:
+        return ToolReturned(call_id=str(n), name="measure_rate", ok=False, images_used=n)
+
+    false = f"a realistic photograph of a {label}. it is in a bathroom."
+    findings = [{"finding_id": "f2", "caption": false}]
+    events = [RunStarted(run_id="r", command="investigate", planner=planner), used(1000), used(2000)]
     if planner == "protocol":
         findings.insert(0, {"finding_id": "f1", "caption": bug})
-        events.append({"kind": "finding", "finding_id": "f1", "finding": {"confirmed": True}})
-    events += [{"kind": "tool_returned", "images_used": 500},
-               {"kind": "finding", "finding_id": "f2", "finding": {"confirmed": True}}]
+        events.append(finding("f1", bug))
+    events += [used(500), finding("f2", false)]
     transcript = run_dir / "transcript.jsonl"
-    transcript.write_text("".join(json.dumps(e) + "\n" for e in events))
+    with TranscriptWriter(transcript) as writer:
+        for e in events:
+            writer.append(e)
     return RunRecord(planner, label, seed, "finished", 3500, 1.5, str(transcript), findings)
 
 

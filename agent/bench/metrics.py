@@ -10,11 +10,9 @@ bug at budget B when that number is at most B.
 
 from __future__ import annotations
 
-import json
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -66,26 +64,6 @@ def quantiles(values: Sequence[float]) -> dict[str, float | None]:
         return {"median": None, "p90": None, "n": 0}
     a = np.asarray(values, dtype=float)
     return {"median": float(np.median(a)), "p90": float(np.percentile(a, 90)), "n": len(values)}
-
-
-def images_at_findings(events: Iterable[dict[str, Any]]) -> dict[str, int]:
-    """Images generated when each finding was first recorded *confirmed*, by finding id, from transcript events."""
-    used = 0
-    out: dict[str, int] = {}
-    for e in events:
-        kind = e.get("kind")
-        if kind == "tool_returned":
-            used += int(e.get("images_used") or 0)
-        elif kind == "finding":
-            fid = str(e.get("finding_id") or (e.get("finding") or {}).get("finding_id"))
-            if (e.get("finding") or {}).get("confirmed") and fid not in out:
-                out[fid] = used
-    return out
-
-
-def read_events(transcript: str | Path) -> list[dict[str, Any]]:
-    with open(transcript, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
 
 
 @dataclass(frozen=True)

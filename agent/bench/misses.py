@@ -13,10 +13,13 @@ that.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from scipy import stats as sps
+
+from sleuth.agent.view import InvestigationView
+from sleuth.tools import generate_and_classify
 
 LEARNED = 2.0
 """A planted bug the oracle measures below this ratio was not learned by the classifier."""
@@ -36,52 +39,27 @@ STAGES: tuple[str, ...] = (
 MISS_STAGES = STAGES[1:]
 
 
-def _calls(events: Iterable[dict[str, Any]]) -> list[tuple[str, dict[str, Any], dict[str, Any] | None]]:
-    """(tool name, arguments, result or None when the call failed), in call order."""
-    called: dict[str, tuple[str, dict[str, Any]]] = {}
-    out = []
-    for e in events:
-        if e.get("kind") == "tool_called":
-            args = e.get("arguments")
-            called[str(e.get("call_id"))] = (str(e.get("name")), args if isinstance(args, dict) else {})
-        elif e.get("kind") == "tool_returned":
-            name, args = called.get(str(e.get("call_id")), (str(e.get("name")), {}))
-            out.append((name, args, e.get("result") if e.get("ok") else None))
-    return out
-
-
-def _proposals(result: dict[str, Any] | None) -> list[str]:
-    if not result:
-        return []
-    return [str(x.get("caption", "")) for key in ("hypotheses", "edits", "refinements") for x in result.get(key, [])]
-
-
-def stage_of(events: Sequence[dict[str, Any]], names: Callable[[str], bool], class_prompt: str | None,
-             found: bool) -> dict[str, Any]:
+def stage_of(view: InvestigationView, names: Callable[[str], bool], found: bool) -> dict[str, Any]:
     """How far one planted bug got in one run: its stage, with the screen's pooled k/n and the tests' verdicts."""
+    class_prompt = view.started.class_prompt if view.started is not None else None
     base_k = base_n = 0
     screen_k = screen_n = 0
-    proposed = False
-    tests: list[dict[str, Any]] = []
-    recorded = False
-    for name, args, result in _calls(events):
-        if name == "generate_and_classify" and result:
-            failures = (result.get("summary") or {}).get("failures") or {}
-            if args.get("prompt") == class_prompt:
-                base_k += int(failures.get("k", 0))
-                base_n += int(failures.get("n", 0))
-            elif names(str(args.get("prompt", ""))):
-                screen_k += int(failures.get("k", 0))
-                screen_n += int(failures.get("n", 0))
-        elif name in ("caption_failures", "perturb_caption"):
-            proposed = proposed or any(names(c) for c in _proposals(result))
-        elif name == "measure_rate" and result and args.get("mode", "sample") != "counterfactual":
-            if names(str(result.get("caption", ""))):
-                tests.append(result)
-        elif name == "record_finding" and result and names(str(result.get("caption", ""))):
-            recorded = True
-    discovery = [t for t in tests if t.get("purpose") == "discovery"]
-    confirmation = [t for t in tests if t.get("purpose") == "confirmation"]
+    for r in view.returned:
+        x = r.result
+        if isinstance(x, generate_and_classify.Result):
+            failures = x.summary.failures
+            prompt = r.arguments.get("prompt")
+            if prompt == class_prompt:
+                base_k += failures.k
+                base_n += failures.n
+            elif names(str(prompt or "")):
+                screen_k += failures.k
+                screen_n += failures.n
+    proposed = any(names(p.caption) for p in view.proposals)
+    tests = [t for t in view.tests if t.mode != "counterfactual" and names(t.caption)]
+    recorded = any(names(f.caption) for f in view.recorded)
+    discovery = [t for t in tests if t.purpose == "discovery"]
+    confirmation = [t for t in tests if t.purpose == "confirmation"]
     p0 = (base_k + 1) / (base_n + 2) if base_n else None
     p2 = None
     if p0 is not None and screen_n:  # a Beta prior with the weight of two images, centred on the baseline rate
@@ -91,11 +69,11 @@ def stage_of(events: Sequence[dict[str, Any]], names: Callable[[str], bool], cla
         stage = "found"
     elif recorded:
         stage = "recorded, not real"
-    elif any(t.get("verdict") == "supported" for t in confirmation):
+    elif any(t.verdict == "supported" for t in confirmation):
         stage = "confirmed, not recorded"
     elif confirmation:
         stage = "confirmation not significant"
-    elif any(t.get("verdict") == "supported" for t in discovery):
+    elif any(t.verdict == "supported" for t in discovery):
         stage = "supported, not confirmed"
     elif discovery:
         stage = "tested, not supported"

@@ -23,8 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from sleuth.agent.bench.judge import OracleJudge
-from sleuth.agent.bench.metrics import BANDS, REAL_RATIO, BugOutcome, images_at_findings, planner_summary, read_events
+from sleuth.agent.bench.metrics import BANDS, REAL_RATIO, BugOutcome, planner_summary
 from sleuth.agent.bench.worlds import WorldSpec, bench_classes
+from sleuth.agent.transcript import TranscriptError
+from sleuth.agent.view import InvestigationView
 from sleuth.tools.backends.toyworld.config import World
 
 Progress = Callable[[str, int, int], None]
@@ -119,16 +121,15 @@ def fill_outcomes(data: dict[str, Any], world: World) -> bool:
     from sleuth.agent.bench.misses import stage_of
 
     try:
-        events = read_events(data["transcript"])
-    except (OSError, ValueError):
+        view = InvestigationView.from_transcript(data["transcript"])
+    except (OSError, ValueError, TranscriptError):
         return False
-    prompt = next((e.get("class_prompt") for e in events if e.get("kind") == "run_started"), None)
     found = {f.get("bug") for f in data["findings"] if f.get("bug")}
     for b in data["bugs"]:
         bug = next((x for x in world.bugs if x.name == b["name"]), None)
         if bug is None:
             continue
-        b["outcome"] = stage_of(events, partial(_names, bug=bug, world=world), prompt, b["name"] in found)
+        b["outcome"] = stage_of(view, partial(_names, bug=bug, world=world), b["name"] in found)
     return True
 
 
@@ -154,7 +155,7 @@ def run_class(job: ClassJob) -> list[dict[str, Any]]:
             shutil.rmtree(run_dir, ignore_errors=True)  # a run cut short before its result was filed
             rec = run_investigation(backends, job.label, seed, planner, budget=s.budget, baseline_n=s.baseline_n,
                                     run_dir=run_dir, criterion=s.criterion)
-            at = images_at_findings(read_events(rec.transcript))
+            at = InvestigationView.from_transcript(rec.transcript).images_at_findings
             for f in rec.findings:
                 f["oracle"] = judge.judge(job.label, f["caption"])
                 named = [b.name for b in bugs if _names(f["caption"], b, job.world)]

@@ -15,6 +15,7 @@ from typing import Any
 from sleuth.agent.bench.discovery import names_bug
 from sleuth.agent.bench.judge import OracleJudge
 from sleuth.agent.bench.misses import LEARNED, stage_of
+from sleuth.agent.view import InvestigationView
 from sleuth.tools.backends.specs import BackendSpecs
 from sleuth.tools.backends.toyworld import Oracle
 from sleuth.tools.backends.toyworld.config import World
@@ -47,11 +48,11 @@ def reveal_refusal(specs: BackendSpecs) -> str | None:
     return None
 
 
-def answer_key(world: World, label: str, events: Sequence[dict[str, Any]], findings: Sequence[dict[str, Any]], *,
+def answer_key(world: World, label: str, view: InvestigationView, findings: Sequence[dict[str, Any]], *,
                criterion: str = "top1", oracle_n: int = ORACLE_N, oracle: Oracle | None = None) -> dict[str, Any]:
     """The class's planted bugs and decoys, each finding's oracle verdict and bug, and every miss with its reason.
 
-    ``events`` are the closed transcript's events as dicts; ``findings`` its confirmed findings (``FindingSummary``
+    ``view`` is the closed transcript's view; ``findings`` its confirmed findings (``FindingSummary``
     dicts, as ``investigate --json`` prints them).
     """
     oracle = oracle or Oracle(world)
@@ -65,7 +66,6 @@ def answer_key(world: World, label: str, events: Sequence[dict[str, Any]], findi
         judged.append({"finding_id": f["finding_id"], "caption": f["caption"], "real": verdict["real"],
                        "oracle": verdict, "names": named,
                        "bug": next((n for n in named if verdict["real"] and n in {b.name for b in bugs}), None)})
-    prompt = next((e.get("class_prompt") for e in events if e.get("kind") == "run_started"), None)
     planted = []
     for b in manifest:
         by = [f["finding_id"] for f in judged if b.name in f["names"] and (f["real"] or b.kind == "decoy")]
@@ -74,7 +74,7 @@ def answer_key(world: World, label: str, events: Sequence[dict[str, Any]], findi
                                  "findings": by}
         if b.kind == "bug":
             found = any(f["bug"] == b.name for f in judged)
-            outcome = stage_of(events, partial(names_bug, bug=b, world=world), prompt, found)
+            outcome = stage_of(view, partial(names_bug, bug=b, world=world), found)
             ratio = entry["oracle"]["ratio"]
             learned = ratio is None or ratio >= LEARNED
             why = WHY[outcome["stage"]]

@@ -153,7 +153,7 @@ def _tool_returned(e: ToolReturned) -> RenderableType:
     if not e.ok:
         return Text(f"✗ {e.name}: {e.error}", style="red")
     head = Text.assemble(("← ", "green"), (e.name, "bold"), (f"  {e.duration_s:.2f} s", "dim"))
-    if e.name == "record_finding":
+    if e.name == record_finding.NAME:
         return head  # the finding event just before it shows the finding: once is enough
     if e.artifacts:
         head.append(f"  {len(e.artifacts)} image{'s' * (len(e.artifacts) != 1)}", style="dim")

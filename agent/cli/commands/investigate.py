@@ -56,12 +56,12 @@ def summary(session: Any, result: Any, seconds: float) -> dict[str, Any]:
 
 def answer_key(config: Any, out: dict[str, Any]) -> dict[str, Any]:
     """The answer key of a finished toyworld run, from its closed transcript and the world's oracle."""
-    from sleuth.agent.bench.metrics import read_events
     from sleuth.agent.bench.reveal import answer_key as key_of
+    from sleuth.agent.view import InvestigationView
     from sleuth.tools.backends.toyworld.config import load_world
 
     world = load_world(config.backends.world)
-    return key_of(world, config.label, read_events(out["transcript"]),
+    return key_of(world, config.label, InvestigationView.from_transcript(out["transcript"]),
                   [f for f in out["findings"] if f["confirmed"]], criterion=config.criterion)
 
 
