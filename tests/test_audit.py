@@ -230,6 +230,7 @@ def test_sigkill_at_many_more_points(tmp_path, capsys):
 # -- an LLM-planned audit: resumed without asking the model again for recorded turns, replayed without a key ------
 
 
+@pytest.mark.e2e
 def test_llm_audit_resumes_without_re_asking_and_replays_without_a_key(tmp_path, monkeypatch):
     from tests.llm_stub import HttpError, StubServer, text_reply, tool_call, tool_reply
 

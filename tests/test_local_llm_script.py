@@ -68,8 +68,10 @@ def test_missing_wheels_are_fetched_with_pip_download(paths, monkeypatch):
 
 FAKE_SERVER = textwrap.dedent('''\
     #!{python}
-    import json, sys
+    import json, signal, sys
     from http.server import BaseHTTPRequestHandler, HTTPServer
+    # Stop on SIGINT as llama-server does, even when started from a shell that ignores it (a background job's does).
+    signal.signal(signal.SIGINT, lambda *_: sys.exit(0))
     port = int(sys.argv[sys.argv.index("--port") + 1])
     class H(BaseHTTPRequestHandler):
         def log_message(self, *a): pass

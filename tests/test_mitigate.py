@@ -319,6 +319,7 @@ def test_mitigate_runs_end_to_end_on_a_real_architecture(tmp_path: Path) -> None
     shutil.rmtree(tmp_path / "out")
 
 
+@pytest.mark.e2e
 def test_the_report_shows_the_mitigation(fly_result: tuple[MitigationResult, Path], tmp_path: Path) -> None:
     from sleuth.agent.mitigate import write
     from sleuth.agent.report import build_report

@@ -39,6 +39,7 @@ def test_the_wheel_installs_only_the_sleuth_package(tmp_path):
     for needed in ("sleuth/prompts/system.md", "sleuth/tools/backends/toyworld/worlds/default.yaml",
                    "sleuth/tools/backends/toyworld/weights/default.safetensors", "sleuth/agent/cli/__init__.py"):
         assert needed in names, needed
+    assert len([n for n in names if n.startswith("sleuth/tools/backends/toyworld/weights/random/")]) == 20
     # Every module of the folders, each under sleuth/.
     modules = {f"sleuth/{p.relative_to(ROOT).as_posix()}" for d in FOLDERS for p in (ROOT / d).rglob("*.py")}
     assert modules - set(names) == set()

@@ -6,10 +6,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from sleuth.agent.cli import main
 from sleuth.agent.transcript import read_transcript
 
 
+@pytest.mark.e2e
 def test_reveal_names_the_planted_bug_and_marks_it_found(capsys, tmp_path: Path) -> None:
     code = main(["investigate", "--class", "cat", "--budget", "3000", "--runs", str(tmp_path), "--json", "--reveal"])
     out = json.loads(capsys.readouterr().out)
@@ -34,6 +37,7 @@ def test_reveal_names_the_planted_bug_and_marks_it_found(capsys, tmp_path: Path)
     assert read_transcript(out["transcript"])[-1].kind == "run_finished"
 
 
+@pytest.mark.e2e
 def test_reveal_in_the_terminal_says_found_and_names_the_bug(capsys, tmp_path: Path) -> None:
     code = main(["investigate", "--class", "cat", "--budget", "3000", "--runs", str(tmp_path), "--quiet",
                  "--reveal"])

@@ -42,6 +42,21 @@ def test_shipped_weights_match_the_packaged_configs() -> None:
         assert find_weights(world) == shipped_path(world), f"{name}: shipped weights are stale; retrain them"
 
 
+def test_the_benchmarks_random_worlds_ship_their_weights(monkeypatch, tmp_path) -> None:
+    """``random:20`` finds its classifiers in the package on any machine, none trained or read from a cache."""
+    from sleuth.tools.backends.toyworld.random_world import random_world
+    from sleuth.tools.backends.toyworld.train import shipped_by_hash, state_dicts
+
+    monkeypatch.setenv("SLEUTH_CACHE", str(tmp_path))  # an empty cache
+    shipped = sorted(p.name for p in shipped_by_hash("x").parent.glob("*.safetensors"))
+    hashes = [random_world(s).config_hash() for s in range(20)]
+    assert shipped == sorted(f"{h}.safetensors" for h in hashes), "stale: scripts/train_toyworld.py --random 20"
+    world = random_world(7)
+    assert find_weights(world) == shipped_by_hash(world.config_hash())
+    tensors = state_dicts(world)  # loads, does not train
+    assert {k.split(".")[0] for k in tensors} == {"classifier", "captioner"} and not any(tmp_path.iterdir())
+
+
 @pytest.mark.e2e
 def test_shipped_classifier_has_the_planted_bugs() -> None:
     report = Oracle(WORLD).check(n=1000, seed=9_000_000)

@@ -158,17 +158,26 @@ def shipped_path(world: World) -> Path:
     return Path(str(resources.files("sleuth.tools.backends.toyworld").joinpath(f"weights/{world.name}.safetensors")))
 
 
+def shipped_by_hash(config_hash: str) -> Path:
+    """Shipped weights of a world known only by its config: the benchmark's random worlds (``random:20``, seeds
+    0-19) ship theirs, so that every machine benchmarks the same classifiers (training on a CPU is not bit-identical
+    across machines) and none spends the hour training them."""
+    root = resources.files("sleuth.tools.backends.toyworld").joinpath("weights/random")
+    return Path(str(root.joinpath(f"{config_hash}.safetensors")))
+
+
 def _hash_of(path: Path) -> str | None:
     with safe_open(str(path), framework="pt") as f:
         return (f.metadata() or {}).get("config_hash")
 
 
 def find_weights(world: World) -> Path | None:
-    """Shipped weights whose config hash matches, else cached ones, else None."""
+    """Shipped weights whose config hash matches (by the world's name, else by its config hash), else cached ones,
+    else None."""
     h = world.config_hash()
-    shipped = shipped_path(world)
-    if shipped.is_file() and _hash_of(shipped) == h:
-        return shipped
+    for shipped in (shipped_path(world), shipped_by_hash(h)):
+        if shipped.is_file() and _hash_of(shipped) == h:
+            return shipped
     cached = cache_dir() / f"{h}.safetensors"
     return cached if cached.is_file() else None
 
