@@ -98,7 +98,8 @@ def test_toyworld_placebo_edits_are_its_sham_edits_so_it_keeps_the_sham():
         assert np.array_equal(sham.image, plac.image) and np.array_equal(plac.image, g.image)
 
 
-@pytest.mark.parametrize("pairs,placebo,sham", [(20, 9, 203), pytest.param(100, 11, 400, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("pairs,placebo,sham", [pytest.param(20, 9, 203, marks=pytest.mark.e2e),
+                                                pytest.param(100, 11, 400, marks=pytest.mark.slow)])
 def test_a_caption_change_editor_no_longer_passes_a_null_attribute_as_a_cause(pairs, placebo, sham):
     runs = 400
     rejected, results = mechanism_runs(CaptionChangeEditor(), runs, pairs)

@@ -57,7 +57,7 @@ def images_until_first_finding(events) -> int:
 def test_each_pass_aims_lower_and_screens_longer():
     p0 = 0.03
     worths = [t.worth(p0) for t in PASSES]
-    assert worths == pytest.approx([max(3 * p0, p0 + 0.05), max(2 * p0, p0 + 0.02), max(1.5 * p0, p0 + 0.01)])
+    assert worths == pytest.approx([max(3 * p0, p0 + 0.05), max(2 * p0, p0 + 0.01), max(1.5 * p0, p0 + 0.005)])
     # Later passes look longer before they drop anything, and test on more images.
     assert [t.floor for t in PASSES] == sorted(t.floor for t in PASSES)
     assert [t.test_n for t in PASSES] == sorted(t.test_n for t in PASSES)
@@ -110,7 +110,7 @@ def test_nothing_to_find_spends_the_passes_and_says_so(tmp_path):
     text = final(events)
     assert "No finding was confirmed" in text and "every pass ran to its end" in text
     # Every candidate the generator can render was looked at until the last pass's target would have shown a failure
-    # in it at least half the time (its floor, 32 images, is too few at 1.5x a class that never fails: 80); the
+    # in it at least half the time (its floor, 32 images, is too few at 1.5x a class that never fails: 200); the
     # others once (the generator reported the words it cannot draw).
     screens = [e for e in events if e.kind == "tool_called" and e.name == "generate_and_classify"][1:]
     per_caption: Counter[str] = Counter()
@@ -120,7 +120,7 @@ def test_nothing_to_find_spends_the_passes_and_says_so(tmp_path):
     last = PASSES[-1]
     worth = last.worth(0.5 / (last.baseline_n + 1))
     rungs = [n for n in sorted({last.floor, *last.ladder}) if n >= last.floor]
-    assert drawn == {next(n for n in rungs if (1 - worth) ** n <= last.drop_evidence)} == {80}
+    assert drawn == {next(n for n in rungs if (1 - worth) ** n <= last.drop_evidence)} == {200}
     assert {n for p, n in per_caption.items() if unrendered(p)} == {PASSES[0].ladder[0]}
 
 
@@ -367,10 +367,12 @@ def test_a_screen_that_reads_as_a_findings_idea_gets_no_more_screening_images(tm
                 previewed.setdefault(prompt_of[c.arguments["measurement_id"]], e.seq)
     waiting = [p for p in previewed if repr(p) in text.split("also phrased", 1)[-1]]
     assert waiting, "the run read no screen as a finding's phrasing"
+    # ... until a later pass ends and reopens the phrasings its screens have not yet singled out
+    reopened = [e.seq for e in events if e.kind == "planner_turn" and "climb the ladder again" in e.reasoning]
     for p in waiting:
         later = [e for e in events if e.kind == "tool_called" and e.name == "generate_and_classify"
                  and e.arguments["prompt"] == p and e.seq > previewed[p]]
-        assert not later, p
+        assert not later or (reopened and later[0].seq > reopened[0]), p
 
 
 def test_a_kind_of_cause_with_two_findings_failing_as_one_label_waits_for_the_end_of_the_pass():
@@ -488,3 +490,50 @@ def test_the_images_kept_back_for_a_test_go_to_the_surest_open_candidate_when_sc
     assert planner._last_shot(cands, [finding], t) is next_
     assert planner._last_shot(cands, [finding], t) is None  # an unscreened, a dropped and a phrasing are not shots
     assert phrasing.state == "open" and dropped.state == "dropped" and unseen.state == "open"
+
+
+def test_in_a_later_pass_the_last_shot_may_be_a_phrasing_whose_screen_the_pass_singles_out():
+    planner = ProtocolPlanner("bicycle", "a realistic photograph of a bicycle")
+    planner._p0 = 0.01
+    idea = Idea(frozenset({"the bicycle is orange"}), "the bicycle is orange")
+    finding = Found(Candidate("a realistic photograph of a golden bicycle", "adjective", target="car", idea=idea),
+                    None, None, "car")  # type: ignore[arg-type]
+    waiting = Candidate("a realistic photograph of an orange bicycle", "adjective", target="car", k=9, n=80,
+                        state="other", idea=idea)
+    faint = Candidate("a realistic photograph of an amber bicycle", "adjective", target="car", k=1, n=80,
+                      state="other", idea=idea)
+    ladder = Candidate("a realistic photograph of a bicycle in a tunnel", "background", k=4, n=80, state="open")
+    cands = [ladder, faint, waiting]
+    t = PASSES[1]
+    assert planner._judge(waiting, t) == "test" and planner._judge(faint, t) != "test"
+    assert planner._last_shot(cands, [finding], PASSES[0]) is ladder  # the first pass: no phrasing is a shot
+    ladder.state = "open"
+    planner._pass = 1
+    assert planner._last_shot(cands, [finding], t) is waiting  # 9/80 is surer than 4/80
+    assert waiting.state == "test" and waiting.own_test == 1 and not planner._repeats(waiting, [finding])
+    assert planner._last_shot(cands, [finding], t) is ladder
+    assert planner._last_shot(cands, [finding], t) is None and faint.state == "other"
+
+
+def test_a_phrasing_that_stopped_climbing_before_its_screen_could_single_it_out_climbs_again_at_the_pass_end():
+    planner = ProtocolPlanner("bicycle", "a realistic photograph of a bicycle")
+    planner._p0 = 0.015
+    idea = Idea(frozenset({"the bicycle is orange"}), "the bicycle is orange")
+
+    def phrasing(word: str, k: int, n: int) -> Candidate:
+        return Candidate(f"a realistic photograph of a{word} bicycle", "adjective", target="car", k=k, n=n,
+                         state="other", idea=idea)
+
+    short, faint, ready = phrasing("n orange", 5, 48), phrasing("n amber", 0, 80), phrasing(" copper", 20, 200)
+    cands = [short, faint, ready]
+    t = PASSES[1]
+    # 5/48 is plausibly above the 2x pass's 3.5%, but 48 screening images are short of the 80 a test needs.
+    assert planner._judge(short, t) == "open" and planner._judge(faint, t) == "dropped"
+    assert planner._reopened_phrasings(cands, PASSES[0], 0) == []  # the first pass's phrasings wait
+    planner._pass = 1
+    assert planner._due_phrasings(cands, t, 1) == [ready]
+    assert planner._reopened_phrasings(cands, t, 1) == [short]
+    assert short.state == "open" and short.own_test == 1 and faint.state == "other"
+    ready.state = "tested"
+    assert planner._screen_plan(t, cands) == [(short, 80 - 48)]  # one rung up, in its own right
+    assert planner._reopened_phrasings(cands, t, 1) == []  # once a pass

@@ -158,6 +158,7 @@ def tolerance(trials: int, rate: float = ALPHA) -> float:
     return 3.0 * math.sqrt(rate * (1.0 - rate) / trials)
 
 
+@pytest.mark.e2e  # 8,000 simulated runs; the other spendings' simulations stay in the fast tier
 def test_null_false_positive_rate_obrien_fleming():
     trials = 8000
     plan = stats.SequentialPlan(looks=LOOKS)
