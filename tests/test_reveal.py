@@ -72,3 +72,14 @@ def test_a_missed_bug_says_how_far_the_run_got(capsys, tmp_path: Path) -> None:
     assert dog["name"] == "orange dog" and not dog["found"] and dog["findings"] == []
     assert dog["stage"] in STAGES[1:] and dog["why"].endswith(WHY[dog["stage"]])
     assert dog["screen"]["n"] >= 0
+    # The terminal prints the same key: the missed bug in red with how far the run got, then the findings' verdicts.
+    from rich.console import Console
+
+    from sleuth.agent.terminal.answer_key import render_answer_key
+
+    console = Console(width=200, record=True)
+    console.print(render_answer_key(out["answer_key"]))
+    text = console.export_text()
+    line = text[text.index("• orange dog"):]
+    assert "MISSED: " in line and dog["why"] in " ".join(line.split()) and "FOUND" not in line.split("\n")[0]
+    assert f"Confirmed findings: {len(out['answer_key']['findings'])}," in text
