@@ -43,7 +43,11 @@ class PlannerConfig(BaseModel):
     max_seconds: float | None = Field(None, gt=0, le=7 * 86_400, description=(
         "Most wall-clock seconds of planning and tool calls in one run; the run ends after the turn that crosses "
         "it (status time_limit), findings kept."))
-    llm: LLMConfig | None = Field(None, description="The language model of the llm planner.")
+    llm: LLMConfig | None = Field(None, description="The language model of the llm planner (or of the protocol "
+                                                    "planner's proposer).")
+    proposer: Literal["vocabulary", "llm"] = Field("vocabulary", description=(
+        "Who proposes the protocol planner's candidates besides the failure captions: the general vocabulary, or "
+        "the vocabulary and a language model (one request per class, given the failure captions; needs llm)."))
     sees_images: bool = Field(False, description="Show a vision model thumbnails of the latest results' images.")
     context_tokens: int = Field(24_000, ge=2_000, le=2_000_000,
                                 description="Rough token budget of each LLM request; older results are summarised.")
@@ -70,9 +74,13 @@ class PlannerConfig(BaseModel):
         if isinstance(name, str) and name.startswith("llm:"):
             data["name"] = "llm"
             llm.setdefault("model", name[4:])
+        elif isinstance(name, str) and name.startswith("protocol+llm:"):
+            data["name"] = "protocol"
+            data["proposer"] = "llm"
+            llm.setdefault("model", name.removeprefix("protocol+llm:"))
         if llm:
             data["llm"] = llm
-            data.setdefault("name", "llm")
+            data.setdefault("name", "protocol" if data.get("proposer") == "llm" else "llm")
         return data
 
     @field_validator("name")
@@ -88,8 +96,14 @@ class PlannerConfig(BaseModel):
     def _needs_model(self) -> PlannerConfig:
         if self.name == "llm" and self.llm is None:
             raise ValueError("the llm planner needs a model (--llm MODEL, or planner.llm.model)")
-        if self.name != "llm" and self.llm is not None:
-            raise ValueError(f"a language model is set but the planner is {self.name!r}; choose the llm planner")
+        if self.proposer == "llm":
+            if self.name != "protocol":
+                raise ValueError(f"the llm proposer adds candidates to the protocol planner, not to {self.name!r}")
+            if self.llm is None:
+                raise ValueError("the llm proposer needs a model (--llm MODEL, or planner.llm.model)")
+        elif self.name != "llm" and self.llm is not None:
+            raise ValueError(f"a language model is set but the planner is {self.name!r}; choose the llm planner, or "
+                             "the llm proposer (--proposer llm)")
         return self
 
 

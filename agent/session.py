@@ -17,7 +17,7 @@ from typing import Any
 
 from sleuth.agent.config import PlannerConfig, RunConfig
 from sleuth.agent.events import Event, RunStarted
-from sleuth.agent.llm import tool_llm
+from sleuth.agent.llm import LLMClient, tool_llm
 from sleuth.agent.planners import Mode, PlanFor, build_planner, declared_confirmations
 from sleuth.agent.planners import max_turns as planner_max_turns
 from sleuth.agent.planners.llm import LLMPlanner
@@ -128,6 +128,10 @@ class Session:
         if isinstance(planner, LLMPlanner):  # it reads this run's images, and its model serves the tools too
             planner.artifacts = self.artifacts
             self.ctx.llm = tool_llm(planner.client)
+        elif (config or self.config.planner).proposer == "llm":  # the model proposes perturbations in the tools
+            llm = (config or self.config.planner).llm
+            assert llm is not None  # PlannerConfig refuses the llm proposer without a model
+            self.ctx.llm = tool_llm(LLMClient(llm))
         return planner
 
     def join_transcript(self, started: RunStarted) -> None:

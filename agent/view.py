@@ -109,6 +109,10 @@ class InvestigationView:
     finding_events: int = 0
     """Every finding recorded (distinct ids), read or not."""
     proposals: list[Proposed] = field(default_factory=list)
+    screened: dict[str, generate_and_classify.Screened] = field(default_factory=dict)
+    """Each caption's latest screen (generate_and_classify with prompts), by normalised caption."""
+    screen_effects: list[float] = field(default_factory=list)
+    """The effect of each screen, in order."""
     measured: dict[str, str] = field(default_factory=dict)
     """Measurement id -> the prompt or caption its images were generated from."""
     images_used: int = 0
@@ -222,6 +226,12 @@ class InvestigationView:
         x = r.result
         if isinstance(x, generate_and_classify.Result):
             self.measured[x.measurement_id] = x.summary.prompt
+            if x.screen is not None:
+                self.screen_effects.append(x.screen.effect)
+                for row in x.screen.captions:
+                    self.screened[caption_key(row.caption)] = row
+                    if row.measurement_id:
+                        self.measured[row.measurement_id] = row.caption
         elif isinstance(x, measure_rate.Result) and x.measurement_id:
             self.measured[x.measurement_id] = x.caption
         elif isinstance(x, caption_failures.Result):
@@ -302,6 +312,11 @@ class InvestigationView:
             if mid:
                 return str(mid)
         return None
+
+
+def caption_key(caption: str) -> str:
+    """A caption as one idea of "the same caption": lower case, full stops and spacing ignored."""
+    return " ".join(caption.lower().replace(".", " ").split())
 
 
 def _same(a: Event, b: Event | None) -> bool:

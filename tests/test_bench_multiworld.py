@@ -51,7 +51,7 @@ def fake_loaded(key, world, oracle_n, criterion):
     return None, Oracle(world), FakeJudge(world.name)
 
 
-def fake_investigation(backends, label, seed, planner, *, budget, baseline_n, run_dir, criterion="top1"):
+def fake_investigation(backends, label, seed, planner, *, budget, baseline_n, run_dir, criterion="top1", llm=None):
     """protocol confirms the planted bug after 3,000 images, then a false finding; wiles confirms only the false one."""
     from sleuth.agent.events import Finding, RunStarted, ToolReturned
     from sleuth.agent.transcript import TranscriptWriter
@@ -74,7 +74,8 @@ def fake_investigation(backends, label, seed, planner, *, budget, baseline_n, ru
 
     false = f"a realistic photograph of a {label}. it is in a bathroom."
     findings = [{"finding_id": "f2", "caption": false}]
-    events = [RunStarted(run_id="r", command="investigate", planner=planner), used(1000), used(2000)]
+    events = [RunStarted(run_id="r", command="investigate", planner=planner, config={"llm": llm or {}}), used(1000),
+              used(2000)]
     if planner == "protocol":
         findings.insert(0, {"finding_id": "f1", "caption": bug})
         events.append(finding("f1", bug))
@@ -150,10 +151,30 @@ def test_bench_command_prints_the_table_and_json(fakes, capsys, tmp_path):
     assert json.loads((tmp_path / "bench.json").read_text())["planners"] == out["planners"]
 
 
+def test_bench_runs_the_protocol_planner_with_a_proposing_model_on_its_server(fakes, capsys, tmp_path):
+    assert main(["bench", "discovery", "--worlds", WORLDS, "--planners", "protocol,protocol+llm:openai/x",
+                 "--api-base", "http://127.0.0.1:9/v1", "--tool-choice", "required", "--budget", "6000",
+                 "--jobs", "1", "--out", str(tmp_path), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["planners_run"] == ["protocol", "protocol+llm:openai/x"]
+    # Every class's investigation was handed the model's settings (run_investigation applies them to the planners
+    # that name a model only).
+    from sleuth.agent.transcript import read_transcript
+
+    seen = [e.config for f in tmp_path.glob("*/transcripts/*/*/transcript.jsonl") for e in read_transcript(f)
+            if e.kind == "run_started"]
+    assert len(seen) == 20 and all(c["llm"] == {"api_base": "http://127.0.0.1:9/v1", "tool_choice": "required"}
+                                   for c in seen)
+    assert not discovery.uses_llm("protocol") and discovery.uses_llm("protocol+llm:openai/x")
+    assert discovery.uses_llm("llm:openai/x")
+
+
 @pytest.mark.parametrize("argv, words", [
     (["--worlds", "random:x"], "random:N"),
     (["--planners", "protocol,nosuch"], "unknown planner(s) nosuch"),
     (["--planners", "llm"], "unknown planner(s) llm"),
+    (["--planners", "protocol+llm"], "unknown planner(s) protocol+llm"),
+    (["--planners", "protocol", "--api-base", "http://127.0.0.1:9/v1"], "--api-base is for a planner with a language"),
     (["--jobs", "0"], "--jobs must be between 1 and 256"),
     (["--world", "default", "--worlds", "random:1"], "not both"),
     (["--calibrate", "--worlds", "random:2"], "--calibrate runs on one world"),

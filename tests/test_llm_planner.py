@@ -335,6 +335,10 @@ def test_sleuth_investigate_with_llm_flag(tmp_path, capsys, monkeypatch):
     (["--planner", "llm"], "--planner llm needs --llm MODEL"),
     (["--llm", "openai/x", "--api-key-env", "SLEUTH_SURELY_UNSET_VAR"], "SLEUTH_SURELY_UNSET_VAR is not set"),
     (["--llm", "openai/x", "--api-base", "localhost:8080"], "must be an http:// or https:// URL"),
+    (["--proposer", "llm"], "--proposer llm needs --llm MODEL"),
+    (["--proposer", "llm", "--llm", "openai/x", "--planner", "wiles"],
+     "--proposer llm adds candidates to the protocol planner, not to --planner wiles"),
+    (["--planner", "wiles", "--llm", "openai/x"], "--llm is for the llm planner (or --proposer llm)"),
 ])
 def test_bad_llm_flags_are_one_line_errors(capsys, tmp_path, args, message):
     from sleuth.agent.cli import main

@@ -77,12 +77,36 @@ def test_the_ledger_lists_what_was_proposed_and_not_yet_measured(tmp_path):
     captions = [e["caption"] for e in edits]
     assert CAT + " in the snow." in captions and len(captions) >= 2
     after_proposal, after_test = stub.requests[1].messages[-1]["content"], stub.requests[2].messages[-1]["content"]
-    assert f"proposed and not yet measured ({len(captions)};" in after_proposal
-    assert f"proposed and not yet measured ({len(captions) - 1};" in after_test
-    listed = after_test.split("proposed and not yet measured")[1].split("\n")[0]
+    assert f"proposed and not yet screened or measured ({len(captions)};" in after_proposal
+    assert f"proposed and not yet screened or measured ({len(captions) - 1};" in after_test
+    listed = after_test.split("proposed and not yet screened or measured")[1].split("\n")[0]
     first_untested = next(c for c in captions if c != CAT + " in the snow.")
     assert f'"{CAT} in the snow."' not in listed and f'"{first_untested}"' in listed
-    assert f'measure_rate with caption "{captions[0]}", a proposed hypothesis' in after_proposal
+    # The suggested step screens them all in one call.
+    assert (f"screen the {len(captions)} proposed captions not yet screened in one call: generate_and_classify "
+            f'with prompts=["{captions[0]}"') in after_proposal
+
+
+def test_the_ledger_shows_the_screen_and_suggests_testing_what_it_singles_out(tmp_path):
+    grass = CAT + " in the grass."
+    script = [tool_reply(tool_call("generate_and_classify", {"prompts": [grass, SNOW]}, "s")),
+              tool_reply(measure(1, caption=SNOW)),
+              tool_reply(tool_call("finish", {"summary": "done"}, "f"))]
+    with StubServer(script) as stub:
+        sess, planner = make(stub, tmp_path)
+        sess.run(planner)
+    screen = next(e for e in read_transcript(sess.transcript) if e.kind == "tool_returned").result["screen"]
+    rows = {r["caption"]: r for r in screen["captions"]}
+    assert rows[SNOW]["verdict"] == "test" and rows[grass]["verdict"] == "dropped"
+    after_screen, after_test = stub.requests[1].messages[-1]["content"], stub.requests[2].messages[-1]["content"]
+    snow = rows[SNOW]
+    assert (f'- screened (2 captions, latest at 3x): to test (1): "{SNOW}" {snow["k"]}/{snow["n"]}; 1 dropped'
+            in after_screen)
+    assert f'measure_rate with caption "{SNOW}", which the screen singles out ({snow["k"]}/{snow["n"]} failed)' \
+        in after_screen
+    # Once tested, it leaves the list, and the next step follows the test.
+    assert "- screened (2 captions, latest at 3x): none to test; 1 dropped" in after_test
+    assert "which the screen singles out" not in after_test
 
 
 def test_the_prompt_prefix_is_byte_identical_across_turns(tmp_path):
@@ -216,7 +240,16 @@ def test_the_suggested_step_follows_the_protocol_and_ends_in_finish() -> None:
                          proposals=True)
 
     assert step([]).startswith("finish with")
-    assert "measure_rate with caption" in step([], untested=("a cat. it is dark.",))
+    assert "generate_and_classify with prompts" in step([], untested=("a cat. it is dark.",))
+    # Everything screened and tested: screen again for weaker effects while images remain, then finish.
+    again = next_step([], [], [], 0, 5000, saw_baseline=True, proposals=True, effects=[3.0])
+    assert again.startswith("screen the same captions again with effect=2 ")
+    assert "effect=1.5" in next_step([], [], [], 0, 5000, saw_baseline=True, proposals=True, effects=[3.0, 2.0])
+    assert next_step([], [], [], 0, 5000, saw_baseline=True, proposals=True, effects=[3.0, 2.0, 1.5]).startswith(
+        "finish with")
+    assert next_step([], [], [], 0, 1500, saw_baseline=True, proposals=True, effects=[3.0]).startswith("finish with")
+    first = next_step([], [], [], 0, 5000, saw_baseline=True, proposals=True, to_test=[("a cat. it is dark.", 5, 12)])
+    assert first.startswith("measure_rate with caption \"a cat. it is dark.\", which the screen singles out (5/12")
     found = [_t("t1", SNOW, "discovery", "supported"), _t("t2", "x", "discovery", "supported", low=4.0)]
     assert "confirm 'x' (supported as t2)" in step(found).replace('"', "'")
     confirmed = [*found, _t("t3", SNOW, "confirmation", "supported")]

@@ -172,6 +172,9 @@ class Investigation:
     generations: dict[str, Generation] = field(default_factory=dict)
     tests: list[Test] = field(default_factory=list)
     baselines: dict[str, Sample] = field(default_factory=dict)
+    screened: dict[str, Sample] = field(default_factory=dict)
+    """Discovery images of each caption generate_and_classify made, pooled by normalised caption: where a screen of
+    the caption starts."""
     findings: list[Finding] = field(default_factory=list)
     _declared_by_first_attempt: bool = False
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import re
 from importlib import resources
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
@@ -26,6 +26,10 @@ from sleuth.tools.text import MAX_ITEMS, Line, quote
 from sleuth.tools.vocabulary import ALL_TYPES, EditType, Group, PerturbationVocabulary, general_vocabulary
 
 NAME = "perturb_caption"
+
+MAX_CONTEXT = 20
+LLM_PER_TYPE = 6
+"""Most edits of each type asked of a language model (its rewrites add to the vocabulary's, whatever ``n`` is)."""
 
 __all__ = ["ALL_TYPES", "Args", "Edit", "EditType", "Result", "run"]
 
@@ -45,12 +49,16 @@ class Args(BaseModel):
                                                 "adjectives dropped).")
     rendered_only: bool = Field(True, description="Leave out edits whose new words the generator reports it cannot "
                                                   "render (they would test nothing).")
+    context: list[str] = Field(default_factory=list, max_length=MAX_CONTEXT, description=(
+        "Captions of the class's failed images (from caption_failures): with a language model configured, what its "
+        "proposals may build on."))
 
 
 class Edit(BaseModel):
     type: str = Field(description="LANCE type, or 'single_sentence' / 'drop_adjectives' for refinements.")
     edit: str = Field(description="What changed, e.g. 'in a kitchen -> in a garden'.")
     caption: str
+    source: Literal["vocabulary", "llm"] = Field("vocabulary", description="Who proposed it.")
 
 
 class Result(BaseModel):
@@ -242,25 +250,41 @@ def new_words(before: str, after: str) -> set[str]:
 # -- edits proposed by an LLM --------------------------------------------------------------------------------
 
 
+class _LLMEdit(BaseModel):
+    type: str
+    edit: str = ""
+    caption: str
+
+
 class _LLMReply(BaseModel):
-    edits: list[Edit]
+    edits: list[_LLMEdit]
 
 
-def llm_edits(llm: Any, caption: str, label: str, labels: tuple[str, ...], types: list[EditType], n: int) -> list[Edit]:
+def _quoted(text: str, marker: str) -> str:
+    """Model-written data must not be able to close its own delimiter in the prompt."""
+    return text.replace(f"{marker}>>>", f"{marker}> > >").replace(f"<<<{marker}", f"< < <{marker}")
+
+
+def llm_edits(llm: Any, caption: str, label: str, labels: tuple[str, ...], types: list[EditType], n: int,
+              context: list[str] | None = None) -> list[Edit]:
     template = resources.files("sleuth.prompts").joinpath("perturb_caption.md").read_text()
-    # The caption is model-written data: it must not be able to close its own delimiter in the prompt.
-    caption = caption.replace("CAPTION>>>", "CAPTION> > >").replace("<<<CAPTION", "< < <CAPTION")
-    prompt = template.format(label=label, n=n, types=", ".join(types), caption=caption,
-                             other_labels=", ".join(x for x in labels if x != label))
+    failures = ""
+    if context:
+        failures = ("\nCaptions of images of the class the classifier got wrong, also data, between the markers:\n"
+                    "<<<FAILURES\n" + "\n".join(_quoted(" ".join(c.split()), "FAILURES") for c in context)
+                    + "\nFAILURES>>>\nSome edits may test what these captions suggest.\n")
+    prompt = template.format(label=label, n=n, types=", ".join(types), caption=_quoted(caption, "CAPTION"),
+                             other_labels=", ".join(x for x in labels if x != label), failures=failures)
     reply = llm(prompt)
     text = reply.strip()
     if text.startswith("```"):
         text = text.strip("`").removeprefix("json").strip()
     try:
-        return _LLMReply.model_validate_json(text).edits
+        got = _LLMReply.model_validate_json(text).edits
     except ValidationError as e:
         raise ToolError("the LLM's perturbations were not valid JSON of the expected form: "
                         f"{e.errors()[0]['msg']}") from None
+    return [Edit(type=e.type, edit=e.edit or e.caption, caption=e.caption, source="llm") for e in got]
 
 
 def summary(r: Result) -> str:
@@ -296,17 +320,19 @@ def run(args: Args, ctx: ToolContext) -> Result:
     proposed = vocabulary_edits(args.caption, label, vocab, args.types)
     source = "vocabulary"
     from_llm: set[int] = set()
-    if llm is not None:
+    if llm is not None and args.types:
         # The LLM's rewrites come first and add to the vocabulary's, never replace them: a model that proposes a
         # handful of ideas must not narrow the search, and one that fails leaves the vocabulary's edits standing.
         try:
-            suggested = llm_edits(llm, args.caption, label, labels, args.types, args.n)
+            suggested = llm_edits(llm, args.caption, label, labels, args.types, min(args.n, LLM_PER_TYPE),
+                                  args.context)
         except ToolError as failed:
             notes.append(f"the LLM's perturbations could not be used ({failed}); these are the vocabulary's")
         else:
             seen = {" ".join(e.caption.lower().split()) for e in suggested}
             proposed = suggested + [e for e in proposed if " ".join(e.caption.lower().split()) not in seen]
             from_llm = {id(e) for e in suggested}
+            notes.append(f"a language model proposed {len(suggested)} edits")
             source = "llm+vocabulary"
     candidates: list[Edit] = []
     rejected: list[str] = []

@@ -42,18 +42,20 @@ class RunRecord:
 
 @overload
 def run_investigation(backends: Backends, label: str, seed: int, planner: str, *, budget: int, baseline_n: int | None,
-                      run_dir: Path, criterion: str = ..., alpha: float = ...,
+                      run_dir: Path, criterion: str = ..., alpha: float = ..., llm: dict[str, Any] | None = ...,
                       with_investigation: Literal[False] = ...) -> RunRecord: ...
 @overload
 def run_investigation(backends: Backends, label: str, seed: int, planner: str, *, budget: int, baseline_n: int | None,
-                      run_dir: Path, criterion: str = ..., alpha: float = ...,
+                      run_dir: Path, criterion: str = ..., alpha: float = ..., llm: dict[str, Any] | None = ...,
                       with_investigation: Literal[True]) -> tuple[RunRecord, Investigation]: ...
 def run_investigation(backends: Backends, label: str, seed: int, planner: str, *, budget: int, baseline_n: int | None,
-                      run_dir: Path, criterion: str = "top1", alpha: float = ALPHA,
+                      run_dir: Path, criterion: str = "top1", alpha: float = ALPHA, llm: dict[str, Any] | None = None,
                       with_investigation: bool = False) -> RunRecord | tuple[RunRecord, Investigation]:
-    """One investigation with its own in-memory prediction cache, so planners are timed on equal terms."""
-    # ``planner`` may be "llm:MODEL": PlannerConfig reads the model from the name.
-    planner_config = PlannerConfig.model_validate({"name": planner, "baseline_n": baseline_n})
+    """One investigation with its own in-memory prediction cache, so planners are timed on equal terms. ``llm``: the
+    language model's settings (api_base, tool_choice, ...) for a planner that names a model."""
+    # ``planner`` may be "llm:MODEL" or "protocol+llm:MODEL": PlannerConfig reads the model from the name.
+    extra = dict(llm or {}) if uses_llm(planner) else {}
+    planner_config = PlannerConfig.model_validate({"name": planner, "baseline_n": baseline_n, **extra})
     config = RunConfig.model_validate({"class": label, "seed": seed, "budget": budget, "criterion": criterion,
                                        "alpha": alpha, "planner": planner_config})
     session = Session(backends=backends, config=config, run_dir=run_dir, cache=PredictionCache())
@@ -65,6 +67,11 @@ def run_investigation(backends: Backends, label: str, seed: int, planner: str, *
     record = RunRecord(planner, label, seed, result.status, inv.budget.used, round(seconds, 2),
                        str(session.transcript), findings)
     return (record, inv) if with_investigation else record
+
+
+def uses_llm(planner: str) -> bool:
+    """Whether a benchmark planner name carries a language model (llm:MODEL, protocol+llm:MODEL)."""
+    return planner.startswith(("llm:", "protocol+llm:"))
 
 
 def names_bug(caption: str, bug: Any, world: World) -> bool:

@@ -56,6 +56,8 @@ class ClassJob:
     seeds: tuple[int, ...]
     settings: Settings
     root: Path
+    llm: tuple[tuple[str, Any], ...] = ()
+    """Settings of the language model behind llm: and protocol+llm: planners (server, call mode), as pairs."""
 
 
 def slug(text: str) -> str:
@@ -154,7 +156,7 @@ def run_class(job: ClassJob) -> list[dict[str, Any]]:
             run_dir = job.root / job.key / "transcripts" / slug(planner) / f"{slug(job.label)}-s{seed}"
             shutil.rmtree(run_dir, ignore_errors=True)  # a run cut short before its result was filed
             rec = run_investigation(backends, job.label, seed, planner, budget=s.budget, baseline_n=s.baseline_n,
-                                    run_dir=run_dir, criterion=s.criterion)
+                                    run_dir=run_dir, criterion=s.criterion, llm=dict(job.llm))
             at = InvestigationView.from_transcript(rec.transcript).images_at_findings
             for f in rec.findings:
                 f["oracle"] = judge.judge(job.label, f["caption"])
@@ -223,6 +225,8 @@ class MultiWorldBench:
     jobs: int = field(default_factory=lambda: os.cpu_count() or 1)
     root: Path = Path("runs") / "bench"
     progress: Progress | None = None
+    llm: dict[str, Any] = field(default_factory=dict)
+    """Settings of the language model behind llm: and protocol+llm: planners (api_base, tool_choice, ...)."""
 
     def _tick(self, task: str, done: int, total: int) -> None:
         if self.progress is not None:
@@ -232,7 +236,8 @@ class MultiWorldBench:
         settings = Settings(self.budget, self.baseline_n, self.oracle_n)
         per_world = {w.key: bench_classes(w.world, self.bug_free, self.classes) for w in self.worlds}
         todo = {w.key: [ClassJob(w.key, w.world, label, free, tuple(self.planners), tuple(self.seeds), settings,
-                                 self.root) for label, free in per_world[w.key]] for w in self.worlds}
+                                 self.root, tuple(sorted(self.llm.items()))) for label, free in per_world[w.key]]
+                for w in self.worlds}
         total = sum(len(v) for v in todo.values())
         threads = max(1, (os.cpu_count() or 1) // max(1, self.jobs))
         runs: list[dict[str, Any]] = []

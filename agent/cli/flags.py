@@ -42,7 +42,7 @@ FLAG_OF = {"class": "--class", "label": "--class", "budget": "--budget", "seed":
            "planner.name": "--planner", "planner.llm.timeout_s": "--llm-timeout",
            "planner.llm.retries": "--llm-retries", "planner.llm.api_base": "--api-base",
            "planner.llm.tool_choice": "--tool-choice", "planner.llm.call_format": "--call-format",
-           "planner.context_tokens": "--llm-context", "planner": "--planner"}
+           "planner.context_tokens": "--llm-context", "planner.proposer": "--proposer", "planner": "--planner"}
 
 
 def default(model: type[BaseModel], name: str) -> Any:
@@ -94,6 +94,8 @@ def add_planner_arguments(p: argparse.ArgumentParser, *, extra: tuple[str, ...] 
     g.add_argument("--planner", type=names, metavar="NAME",
                    help=f"{', '.join(names.public)} (default: protocol, or llm with --llm)")
     g.add_argument("--llm", metavar="MODEL", help="litellm model, e.g. gpt-4o-mini or openai/NAME")
+    g.add_argument("--proposer", choices=["vocabulary", "llm"], metavar="vocabulary|llm",
+                   help="llm: the protocol planner with --llm MODEL adding candidates (one request per class)")
     g.add_argument("--api-base", metavar="URL", help="OpenAI-compatible server, e.g. http://127.0.0.1:8080/v1")
     g.add_argument("--api-key-env", metavar="VAR", help="variable holding the API key (the provider's own)")
     g.add_argument("--planner-sees-images", action="store_true", help="show a vision model thumbnails")
@@ -169,11 +171,17 @@ def backend_specs(args: argparse.Namespace) -> BackendSpecs:
 
 def planner_config(args: argparse.Namespace) -> PlannerConfig:
     """The planner flags as a ``PlannerConfig``."""
-    name = args.planner or ("llm" if args.llm else "protocol")
+    proposer = getattr(args, "proposer", None)
+    name = args.planner or ("llm" if args.llm and proposer != "llm" else "protocol")
     if name == "llm" and not args.llm:
         raise UsageError("--planner llm needs --llm MODEL (a litellm model string)")
-    if args.llm and name != "llm":
-        raise UsageError(f"--llm is for the llm planner; drop --planner {name} or --llm")
+    if proposer == "llm":
+        if name != "protocol":
+            raise UsageError(f"--proposer llm adds candidates to the protocol planner, not to --planner {name}")
+        if not args.llm:
+            raise UsageError("--proposer llm needs --llm MODEL (a litellm model string)")
+    elif args.llm and name != "llm":
+        raise UsageError(f"--llm is for the llm planner (or --proposer llm); drop --planner {name} or --llm")
     if not args.llm:
         for flag, value in (("--api-base", args.api_base), ("--api-key-env", args.api_key_env),
                             ("--planner-sees-images", args.planner_sees_images), ("--llm-timeout", args.llm_timeout),
@@ -191,6 +199,8 @@ def planner_config(args: argparse.Namespace) -> PlannerConfig:
                                             "max_seconds": "max_seconds", "llm_context": "context_tokens"})}
     if args.planner_sees_images:
         settings["sees_images"] = True
+    if proposer:
+        settings["proposer"] = proposer
     if llm:
         settings["llm"] = llm
     try:

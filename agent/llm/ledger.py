@@ -14,7 +14,7 @@ from typing import Any
 
 from sleuth.agent.events import Event
 from sleuth.agent.llm import summaries as S
-from sleuth.agent.view import InvestigationView
+from sleuth.agent.view import InvestigationView, caption_key
 from sleuth.tools import measure_rate, record_finding, stats
 from sleuth.tools.defaults import BASELINE_N, FIRST_N, MAX_CONFIRMATIONS
 
@@ -26,8 +26,12 @@ MAX_PROPOSED = 8
 """Proposed hypotheses listed (the oldest untested first)."""
 
 
+MAX_SCREENED = 6
+"""Captions a screen singles out, listed (surest first)."""
+
+
 def _key(caption: str) -> str:
-    return " ".join(caption.lower().replace(".", " ").split())
+    return caption_key(caption)
 
 
 def _p(p: float | None) -> str:
@@ -79,10 +83,19 @@ def ledger(events: Sequence[Event] | InvestigationView, *, budget: int | None) -
     else:
         lines.append("- tests: none yet")
     measured = {_key(str(t.get("caption", ""))) for t in tests}
-    untested = list(dict.fromkeys(c for c in proposed if c and _key(c) not in measured))
+    screened = view.screened
+    untested = list(dict.fromkeys(c for c in proposed if c and _key(c) not in measured and _key(c) not in screened))
+    to_test = [r for r in screened.values() if r.verdict == "test" and _key(r.caption) not in measured]
+    if screened:
+        counts = {v: sum(r.verdict == v for r in screened.values()) for v in ("open", "dropped", "unrendered")}
+        lines.append(f"- screened ({len(screened)} captions, latest at {view.screen_effects[-1]:g}x): "
+                     + (f"to test ({len(to_test)}): " + "; ".join(f"{S.quote(r.caption)} {r.k}/{r.n}"
+                                                                  for r in to_test[:MAX_SCREENED])
+                        + ("; ..." if len(to_test) > MAX_SCREENED else "") + "; " if to_test else "none to test; ")
+                     + ", ".join(f"{n} {v}" for v, n in counts.items() if n))
     if untested:
-        lines.append(f"- proposed and not yet measured ({len(untested)}; from caption_failures and perturb_caption): "
-                     + "; ".join(S.quote(c) for c in untested[:MAX_PROPOSED])
+        lines.append(f"- proposed and not yet screened or measured ({len(untested)}; from caption_failures and "
+                     "perturb_caption): " + "; ".join(S.quote(c) for c in untested[:MAX_PROPOSED])
                      + ("; ..." if len(untested) > MAX_PROPOSED else ""))
     if findings:
         lines.append("- recorded findings: " + "; ".join(
@@ -91,7 +104,8 @@ def ledger(events: Sequence[Event] | InvestigationView, *, budget: int | None) -
         lines.append("- recorded findings: none")
     pending = view.finish_called
     step = next_step(tests, findings, untested, confirmations, left, declared=m, saw_baseline=bool(view.calls),
-                     proposals=bool(proposed))
+                     proposals=bool(proposed), to_test=[(r.caption, r.k, r.n) for r in to_test],
+                     effects=view.screen_effects)
     if step and not pending:
         lines.append(f"Suggested next step (the protocol's; yours to decide): {step}")
     if not pending:
@@ -112,9 +126,11 @@ def confirmation_cost(attempts: int) -> int:
 
 def next_step(tests: Sequence[dict[str, Any]], findings: Sequence[dict[str, Any]], untested: Sequence[str],
               confirmations: int, left: int | None, *, saw_baseline: bool, proposals: bool,
-              declared: int = MAX_CONFIRMATIONS) -> str:
+              declared: int = MAX_CONFIRMATIONS, to_test: Sequence[tuple[str, int, int]] = (),
+              effects: Sequence[float] = ()) -> str:
     """What the protocol would do next, in words with the ids to use: record a confirmed test, confirm a supported
-    discovery, measure a proposed hypothesis, or ask for proposals. A small model follows the ids it is given."""
+    discovery, test what a screen singled out, screen what was proposed, screen again for weaker effects, or ask for
+    proposals. A small model follows the ids it is given."""
     recorded = {_key(str(f.get("caption", ""))) for f in findings}
     confirmed = {_key(str(t.get("caption", ""))): t for t in tests
                  if t.get("purpose") == "confirmation" and t.get("verdict") == "supported"}
@@ -139,11 +155,20 @@ def next_step(tests: Sequence[dict[str, Any]], findings: Sequence[dict[str, Any]
         best = max(fresh, key=lambda t: (t.get("rate_ratio") or {}).get("low") or 0.0)
         return (f"confirm {S.quote(str(best.get('caption')))} (supported as {best.get('test_id')}) with "
                 "measure_rate(caption=..., confirm=true).")
+    if to_test:
+        caption, k, n = to_test[0]
+        return (f"measure_rate with caption {S.quote(caption)}, which the screen singles out ({k}/{n} failed), and "
+                "its most frequent wrong label as target_label.")
     if untested:
-        return (f"measure_rate with caption {S.quote(untested[0])}, a proposed hypothesis not yet measured "
-                "(max_n 200).")
+        return (f"screen the {len(untested)} proposed captions not yet screened in one call: generate_and_classify "
+                f"with prompts=[{', '.join(S.quote(c) for c in untested[:3])}{', ...' if len(untested) > 3 else ''}]"
+                " (add captions of your own).")
     if not saw_baseline:
         return "generate_and_classify of the class prompt (the baseline), then caption_failures of its measurement."
     if not proposals:
-        return "perturb_caption of the class prompt, for hypotheses to measure."
+        return "perturb_caption of the class prompt, for hypotheses to screen."
+    weaker = [e for e in (2.0, 1.5) if not effects or e < min(effects)]
+    if effects and weaker and (left is None or left >= 2000):
+        return (f"screen the same captions again with effect={weaker[0]:g} for weaker failures (earlier images "
+                "count), or finish if nothing else is worth testing.")
     return "finish with a summary of the recorded findings, if nothing else is worth testing."

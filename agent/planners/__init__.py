@@ -65,7 +65,8 @@ def _protocol(c: PlannerConfig, p: PlanFor) -> Planner:
     from sleuth.agent.planners.protocol import ProtocolPlanner
 
     return ProtocolPlanner(p.label, p.class_prompt, baseline_n=c.baseline_n or PROTOCOL_BASELINE_N, budget=p.budget,
-                           confirmations=p.confirmations, designs=list(p.designs) if p.designs else None)
+                           confirmations=p.confirmations, designs=list(p.designs) if p.designs else None,
+                           proposer=c.proposer)
 
 
 def _protocol_v2(c: PlannerConfig, p: PlanFor) -> Planner:

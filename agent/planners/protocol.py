@@ -47,8 +47,6 @@ from collections import Counter
 from collections.abc import Generator
 from dataclasses import dataclass, field
 
-from scipy import stats as sps
-
 from sleuth.agent.events import ToolCall
 from sleuth.agent.planners.protocol_v1 import pct, ratio_text, top_confusion
 from sleuth.agent.planners.screening import content_key
@@ -58,65 +56,17 @@ from sleuth.tools import caption_failures, generate_and_classify, measure_rate, 
 from sleuth.tools.common import SampleSummary
 from sleuth.tools.defaults import ALPHA, MAX_CONFIRMATIONS
 from sleuth.tools.designs import ConfirmationDesign, Spending
+from sleuth.tools.ladder import (
+    DROP_BELOW,
+    PASSES,
+    TEST_AT,
+    Target,
+    judge,
+    plausibility,
+    score,
+)
 from sleuth.tools.stats import RatioCI
 
-
-@dataclass(frozen=True)
-class Target:
-    """One pass of the search: the effect it looks for and the images it may spend on one candidate."""
-
-    ratio: float
-    gain: float
-    """A failure worth confirming: at least ``ratio`` x the class rate and ``gain`` above it."""
-    ladder: tuple[int, ...]
-    """Screening images a candidate has after each rung."""
-    floor: int
-    """No candidate is dropped in this pass before it has this many screening images."""
-    test_n: int
-    """Most images of a test (and of a confirmation)."""
-    first_n: int
-    """Images of a test's first look."""
-    baseline_n: int
-    """The class baseline's size for this pass's tests."""
-    test_from: int
-    """Screening images a candidate needs before it is tested: among a hundred candidates some screen high by
-    chance, and a look of this size costs less than the test it saves."""
-    spending: Spending = "pocock"
-    """How its tests and confirmations spread their alpha over their looks. Evenly (Pocock): most candidates a screen
-    singles out fail far above the class and stop at an early look, for a third to a half of the images
-    O'Brien-Fleming spending needs. O'Brien-Fleming for the 2x and 1.5x passes, to keep the last look's power for
-    weak effects, found no more bugs on the benchmark (docs/planner.md)."""
-    confirmation_baseline: int = 0
-    """Confirmation baseline images its confirmations compare with (the first so many of it); 0: ``baseline_n``."""
-    drop_evidence: float = 1.0
-    """A candidate is dropped only once a failure rate worth confirming would give as few failures as its screen's
-    with at most this probability. In a class that seldom fails the prior holds a screen with no failure at almost
-    zero, and a failure of 1% shows none in 69 images half the time: the later passes, whose targets are a point or
-    half a point above the class, do not drop it on so little."""
-
-    def worth(self, p0: float) -> float:
-        """The failure rate a candidate must plausibly reach, given the class rate ``p0``."""
-        return min(max(self.ratio * p0, p0 + self.gain), (1 + p0) / 2)
-
-    @property
-    def name(self) -> str:
-        return f"{self.ratio:g}x"
-
-
-PASSES = (
-    Target(3.0, 0.05, (3, 12, 32), 3, 300, 30, 300, 3),
-    Target(2.0, 0.01, (12, 32, 80, 200), 12, 800, 50, 800, 80, drop_evidence=0.5),
-    Target(1.5, 0.005, (80, 200, 500), 32, 2000, 100, 1500, 200, confirmation_baseline=800, drop_evidence=0.5),
-)
-"""The 1.5x pass confirms against 800 baseline images, not its tests' 1,500: with 1,500 it confirmed failures of
-1.2-2x at about 2% that the benchmark's oracle (3,000 images) cannot tell from 1.2x, so counts as false."""
-PRIOR_WEIGHT = 2.0
-"""Weight (in images) of the Beta prior on a candidate's failure rate, centred on the baseline rate."""
-DROP_BELOW = 0.2
-TEST_AT = 0.9
-TEST_AT_TOP = 0.6
-"""Posterior probability of a failure worth confirming: below DROP_BELOW a candidate is dropped (at or above the
-floor); at TEST_AT (or TEST_AT_TOP at the top of the ladder) it is tested on fresh seeds."""
 FIRST_LOOKS = 128
 """New candidates given their first look per turn (then what the screen singled out is tested, surest first)."""
 CHUNK = 24
@@ -174,21 +124,6 @@ def pass_designs(passes: tuple[Target, ...], m: int, budget: int | None = None,
     keys[first] = m - sum(keys.values())
     return [ConfirmationDesign(first_n=f, max_n=n, attempts=a, spending=spending[f, n], baseline_n=base[f, n])
             for (f, n), a in keys.items() if a > 0]
-
-
-def posterior(k: int, n: int, p0: float) -> tuple[float, float]:
-    return k + PRIOR_WEIGHT * p0, n - k + PRIOR_WEIGHT * (1 - p0)
-
-
-def plausibility(k: int, n: int, p0: float, target: Target) -> float:
-    """Posterior probability that a candidate with ``k`` failures in ``n`` screening images fails at
-    ``target.worth(p0)`` or more."""
-    return float(sps.beta.sf(target.worth(p0), *posterior(k, n, p0)))
-
-
-def score(k: int, n: int, p0: float) -> float:
-    """How surely a candidate fails often: the 20% quantile of its posterior failure rate (surest first)."""
-    return float(sps.beta.ppf(0.2, *posterior(k, n, p0)))
 
 
 def sentences(caption: str) -> int:
@@ -271,6 +206,8 @@ class Candidate:
     """The last pass that tested it."""
     own_test: int = -1
     """The pass that tests it in its own right though it reads as a finding's phrasing (``_due_phrasings``)."""
+    source: str = "vocabulary"
+    """Who proposed it: the failure captions and the vocabulary, or a language model ('llm')."""
 
     @property
     def confusion(self) -> str | None:
@@ -339,8 +276,11 @@ class ProtocolPlanner(ScriptPlanner):
 
     def __init__(self, label: str, class_prompt: str, *, baseline_n: int | None = None, budget: int | None = None,
                  max_hypotheses: int = 4, passes: tuple[Target, ...] = PASSES, confirmations: int = MAX_CONFIRMATIONS,
-                 name: str = "protocol", designs: list[ConfirmationDesign] | None = None) -> None:
+                 name: str = "protocol", designs: list[ConfirmationDesign] | None = None,
+                 proposer: str = "vocabulary") -> None:
         super().__init__(name)
+        self.proposer = proposer
+        """'llm': a language model adds candidates (perturb_caption with the failure captions, one request)."""
         self.label = label
         self.class_prompt = class_prompt
         self.baseline_n = baseline_n or passes[0].baseline_n
@@ -439,8 +379,9 @@ class ProtocolPlanner(ScriptPlanner):
         s = base.summary
         self._p0 = (s.failures.k + 0.5) / (s.failures.n + 1)
         self._have = s.failures.n
-        calls = [self.call("perturb_caption", caption=prompt, types=list(self.explore_types), n=100,
-                           refinements=False)]
+        by_llm = self.proposer == "llm"
+        calls = [] if by_llm else [self.call("perturb_caption", caption=prompt, types=list(self.explore_types), n=100,
+                                             refinements=False)]
         if s.failures.k:
             calls.insert(0, self.call("caption_failures", measurement_id=base.measurement_id, max_sentences=3))
         results = yield self.turn(
@@ -451,7 +392,17 @@ class ProtocolPlanner(ScriptPlanner):
             *calls,
         )
         caps = ok(results[0], caption_failures.Result) if s.failures.k else None
-        pert = ok(results[-1], perturb_caption.Result)
+        if by_llm:
+            context = [h.caption for h in caps.hypotheses[:8]] if caps else []
+            (res,) = yield self.turn(
+                "A language model proposes candidates of its own besides the vocabulary's (one request"
+                + (f", given the captions of {len(context)} clusters of failures" if context else "")
+                + "); every one is screened like the rest.",
+                self.call("perturb_caption", caption=prompt, types=list(self.explore_types), n=100,
+                          refinements=False, context=context))
+            pert = ok(res, perturb_caption.Result)
+        else:
+            pert = ok(results[-1], perturb_caption.Result)
         self._common = sentence_shares(caps.hypotheses) if caps else {}
         hyps = []
         seen_h: set[frozenset[str]] = set()
@@ -471,11 +422,11 @@ class ProtocolPlanner(ScriptPlanner):
         cands: list[Candidate] = []
         keys: set[frozenset[str]] = {content_key(prompt)}
 
-        def add(caption: str, kind: str, target: str | None) -> None:
+        def add(caption: str, kind: str, target: str | None, source: str = "vocabulary") -> None:
             key = content_key(caption)
             if key not in keys:
                 keys.add(key)
-                cands.append(Candidate(caption, kind, target))
+                cands.append(Candidate(caption, kind, target, source=source))
 
         refined = {h.caption: ok(r, perturb_caption.Result) for h, r in zip(long, parts)}
         for h in hyps:
@@ -484,8 +435,12 @@ class ProtocolPlanner(ScriptPlanner):
             for e in got.refinements if got else []:
                 if e.type == "single_sentence":
                     add(e.caption, "caption", h.predicted_label)
-        for e in pert.edits if pert else []:
-            add(e.caption, e.type, None)
+        edits = pert.edits if pert else []
+        # The vocabulary's first, so that a language model's candidates are the ones the vocabulary does not have.
+        for e in [e for e in edits if e.source != "llm"] + [e for e in edits if e.source == "llm"]:
+            add(e.caption, e.type, None, e.source)
+        if by_llm:
+            yield self.turn(self._proposed_text(pert, cands))
         if not cands:
             yield self.finish(f"Baseline {pct(s.failures)}; no caption cluster and no perturbation to screen.")
             return
@@ -788,14 +743,7 @@ class ProtocolPlanner(ScriptPlanner):
                                                for f in found) >= KIND_LATER
 
     def _judge(self, c: Candidate, t: Target) -> str:
-        p = plausibility(c.k, c.n, self._p0, t)
-        top = c.n >= t.ladder[-1]
-        if (p >= TEST_AT and c.n >= t.test_from) or (top and p >= TEST_AT_TOP):
-            return "test"
-        if top or (p < DROP_BELOW and c.n >= t.floor
-                   and sps.binom.cdf(c.k, c.n, t.worth(self._p0)) <= t.drop_evidence):
-            return "dropped"
-        return "open"
+        return judge(c.k, c.n, self._p0, t)
 
     def _screen_plan(self, t: Target, cands: list[Candidate]) -> list[tuple[Candidate, int]]:
         """The next look: new candidates first, then those below the pass's floor, then those still climbing, one
@@ -986,6 +934,33 @@ class ProtocolPlanner(ScriptPlanner):
         if records:
             yield self.turn("Adding each counterfactual test to its finding.", *records)
 
+    @staticmethod
+    def _proposed_text(pert: perturb_caption.Result | None, cands: list[Candidate]) -> str:
+        if pert is None:
+            return "The language model's proposals could not be had; the vocabulary's candidates are screened."
+        if pert.source == "vocabulary":
+            why = "; ".join(pert.notes) or "it proposed nothing"
+            return f"The language model's proposals could not be used ({why}); the vocabulary's are screened."
+        mine = [c for c in cands if c.source == "llm"]
+        asked = sum(e.source == "llm" for e in pert.edits)
+        names = ", ".join(repr(c.caption) for c in mine[:NAMED]) + (f", and {len(mine) - NAMED} more"
+                                                                    if len(mine) > NAMED else "")
+        return (f"The language model proposed {asked} edit{'' if asked == 1 else 's'} the generator can render; "
+                f"{len(mine)} {'is a candidate' if len(mine) == 1 else 'are candidates'} the vocabulary does not have"
+                + (f": {names}." if mine else "."))
+
+    @staticmethod
+    def _proposals_outcome(cands: list[Candidate]) -> str:
+        mine = [c for c in cands if c.source == "llm"]
+        if not mine:
+            return ""
+        found = [c for c in mine if c.state == "found"]
+        tested = [c for c in mine if c.tested_in >= 0]
+        screened = [c for c in mine if c.n]
+        return (f" Of the language model's {len(mine)} candidates, {len(screened)} were screened, {len(tested)} "
+                f"tested and {len(found)} confirmed" + (": " + ", ".join(repr(c.caption) for c in found) if found
+                                                        else "") + ".")
+
     def _summary(self, s: SampleSummary, cands: list[Candidate], found: list[Found],
                  tested: int, supported: int, screened_images: int, reached: list[str], stop: str) -> str:
         base = s.failures
@@ -1012,5 +987,6 @@ class ProtocolPlanner(ScriptPlanner):
                    + _named(untested, self._p0) + ". " if untested else "")
                 + f"{reach}"
                 + (f"; not reached: {', '.join(unreached)} ({stop})." if unreached and stop else
-                   f"; stopped: {stop}." if stop else "; every pass ran to its end."))
+                   f"; stopped: {stop}." if stop else "; every pass ran to its end.")
+                + self._proposals_outcome(cands))
         return text

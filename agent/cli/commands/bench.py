@@ -69,8 +69,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="Also investigate K classes per world without a planted bug (default 0).")
     d.add_argument("--planners", default=None,
                    help=f"Comma-separated (default {','.join(PLANNERS)}; with --calibrate also the adversaries "
-                        f"{','.join(ADVERSARIES)}); llm:MODEL for a language model.")
+                        f"{','.join(ADVERSARIES)}); llm:MODEL for a language model, protocol+llm:MODEL for the "
+                        "protocol planner with a language model proposing candidates.")
     d.add_argument("--llm", metavar="MODEL", help="Add the llm planner with this litellm model (llm:MODEL).")
+    d.add_argument("--api-base", metavar="URL", help="OpenAI-compatible server of the llm: and protocol+llm: "
+                                                     "planners, e.g. http://127.0.0.1:8080/v1.")
+    d.add_argument("--tool-choice", choices=["auto", "required"], metavar="auto|required",
+                   help="The llm planner's tool choice (required: forced calls).")
+    d.add_argument("--call-format", choices=["tools", "json"], metavar="tools|json",
+                   help="How the llm planner's calls are asked for (json: a schema-constrained reply).")
+    d.add_argument("--llm-timeout", type=float, metavar="S", help="Seconds per language-model request.")
     d.add_argument("--jobs", type=int, default=None, help="Worker processes (default: the number of CPU cores).")
     d.add_argument("--seeds", default="0", help="Comma-separated investigation seeds, or a count like 3 → 0,1,2 "
                                                 "(default 0).")
@@ -149,10 +157,19 @@ def _planners(args: argparse.Namespace) -> list[str]:
     planners = [p.strip() for p in args.planners.split(",") if p.strip()] if args.planners else default
     if args.llm:
         planners.append(f"llm:{args.llm}")
-    bad = [p for p in planners if p.split(":", 1)[0] not in REGISTRY or p == "llm"]
+    bad = [p for p in planners if (p.split(":", 1)[0] not in (*REGISTRY, "protocol+llm") or p in ("llm", "protocol+llm")
+                                   or p.endswith(":"))]
     if bad or not planners:
         raise UsageError(f"unknown planner(s) {', '.join(bad) or '(none)'}; known: "
-                         f"{', '.join(k for k in REGISTRY if k != 'llm')}, llm:MODEL (or --llm MODEL)")
+                         f"{', '.join(k for k in REGISTRY if k != 'llm')}, llm:MODEL (or --llm MODEL), "
+                         "protocol+llm:MODEL")
+    from sleuth.agent.bench.discovery import uses_llm
+
+    if not any(uses_llm(p) for p in planners):
+        for flag, value in (("--api-base", args.api_base), ("--tool-choice", args.tool_choice),
+                            ("--call-format", args.call_format), ("--llm-timeout", args.llm_timeout)):
+            if value is not None:
+                raise UsageError(f"{flag} is for a planner with a language model (llm:MODEL or protocol+llm:MODEL)")
     if len(set(planners)) != len(planners):
         raise UsageError(f"--planners names a planner twice: {','.join(planners)}")
     return planners
@@ -198,7 +215,11 @@ def run_discovery(args: argparse.Namespace) -> int:
             worlds = parse_worlds(args.worlds or args.world or "default")
             bench = MultiWorldBench(worlds=worlds, planners=planners, seeds=seeds, budget=args.budget,
                                     baseline_n=args.baseline_n, oracle_n=args.oracle_n, bug_free=args.bug_free,
-                                    classes=classes, jobs=jobs, root=root, progress=bars.update)
+                                    classes=classes, jobs=jobs, root=root, progress=bars.update,
+                                    llm={k: v for k, v in (("api_base", args.api_base),
+                                                           ("tool_choice", args.tool_choice),
+                                                           ("call_format", args.call_format),
+                                                           ("llm_timeout", args.llm_timeout)) if v is not None})
             with bars:
                 out = bench.run()
         except ValueError as e:
