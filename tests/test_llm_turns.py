@@ -84,7 +84,7 @@ def test_the_ledger_lists_what_was_proposed_and_not_yet_measured(tmp_path):
     assert f'"{CAT} in the snow."' not in listed and f'"{first_untested}"' in listed
     # The suggested step screens them all in one call.
     assert (f"screen the {len(captions)} proposed captions not yet screened in one call: generate_and_classify "
-            f'with prompts=["{captions[0]}"') in after_proposal
+            "with proposed=true") in after_proposal
 
 
 def test_the_ledger_shows_the_screen_and_suggests_testing_what_it_singles_out(tmp_path):
@@ -240,10 +240,10 @@ def test_the_suggested_step_follows_the_protocol_and_ends_in_finish() -> None:
                          proposals=True)
 
     assert step([]).startswith("finish with")
-    assert "generate_and_classify with prompts" in step([], untested=("a cat. it is dark.",))
+    assert "generate_and_classify with proposed=true" in step([], untested=("a cat. it is dark.",))
     # Everything screened and tested: screen again for weaker effects while images remain, then finish.
     again = next_step([], [], [], 0, 5000, saw_baseline=True, proposals=True, effects=[3.0])
-    assert again.startswith("screen the same captions again with effect=2 ")
+    assert again.startswith("screen again for weaker failures: generate_and_classify with proposed=true and effect=2 ")
     assert "effect=1.5" in next_step([], [], [], 0, 5000, saw_baseline=True, proposals=True, effects=[3.0, 2.0])
     assert next_step([], [], [], 0, 5000, saw_baseline=True, proposals=True, effects=[3.0, 2.0, 1.5]).startswith(
         "finish with")

@@ -83,10 +83,11 @@ def test_a_screen_stops_at_max_images_and_says_so(ctx):
 
 
 def test_screen_arguments_are_checked(ctx):
-    with pytest.raises(ToolError, match="not both"):
-        call(ctx, prompt=CAT, prompts=[SNOW])
-    with pytest.raises(ToolError, match="not both and not neither"):
+    with pytest.raises(ToolError, match=r"give prompt \(one caption\), or prompts \(captions to screen\) and/or "
+                                        "proposed=true"):
         call(ctx)
+    with pytest.raises(ToolError, match="the class prompt"):  # a prompt given with prompts is screened with them
+        call(ctx, prompt=CAT, prompts=[SNOW])
     with pytest.raises(ToolError, match="effect must be one of 3, 2, 1.5"):
         call(ctx, prompts=[SNOW], effect=4)
     with pytest.raises(ToolError, match="must name the class"):
@@ -121,3 +122,21 @@ def test_the_ladder_climbs_rung_by_rung_and_judges_like_the_protocol_planner():
     assert ladder.next_look(12, ladder.PASSES[1]) == 20  # to the 2x ladder's next rung (32)
     with pytest.raises(ValueError, match="no screening target at 4x"):
         ladder.target_for(4.0)
+
+
+def test_proposed_screens_what_the_tools_proposed_and_not_yet_screened(ctx):
+    inv = ctx.investigation
+    pert = registry().call("perturb_caption", {"caption": CAT, "types": ["background"], "n": 10}, ctx)
+    proposed = [e.caption for e in [*pert.edits, *pert.refinements]]
+    assert proposed and set(inv.proposed.values()) >= set(proposed)
+    # As a small model fills every field of a forced call: the prompt is screened with the proposals.
+    first = call(ctx, proposed=True, prompt=SAND, n=100, prompts=None).screen
+    screened = {c.caption for c in first.captions}
+    assert SAND in screened and set(proposed) <= screened
+    # At the same effect nothing is left; at a smaller one every proposal is screened again from where it was.
+    with pytest.raises(ToolError, match="nothing proposed is left to screen at effect 3"):
+        call(ctx, proposed=True)
+    again = call(ctx, proposed=True, effect=2.0).screen
+    assert {c.caption for c in again.captions} == set(proposed)
+    before = {c.caption: c.n for c in first.captions}
+    assert all(c.n >= before[c.caption] for c in again.captions)

@@ -131,4 +131,5 @@ def run(args: Args, ctx: ToolContext) -> Result:
                 images=[r for r in refs if r][:6],
             ))
     hypotheses.sort(key=lambda h: -h.n_images)
+    inv.propose(h.caption for h in hypotheses)
     return Result(measurement_id=m.id, n_failures=len(idx), hypotheses=hypotheses)

@@ -29,14 +29,17 @@ MAX_PROMPTS = 200
 
 class Args(BaseModel):
     prompt: str | None = Field(None, description="Text prompt for the generator, e.g. 'a realistic photograph of a "
-                                                 "bicycle at night'.")
+                                                 "bicycle at night' (with prompts or proposed: one more to screen).")
     n: int = Field(100, description="Number of images to generate (fresh seeds); not used with prompts.", ge=1,
                    le=5000)
     target_label: str | None = Field(None, description="A label whose hits to count, e.g. the suspected confusion.")
-    prompts: list[str] | None = Field(None, min_length=1, max_length=MAX_PROMPTS, description=(
+    prompts: list[str] | None = Field(None, max_length=MAX_PROMPTS, description=(
         "Instead of prompt: captions of the class to screen in one call on the screening ladder (3, 12, 32 images "
         "each at effect 3; 12 to 200 at effect 2; 80 to 500 at effect 1.5), ranked, with the ones to test next. "
         "Earlier images of the same caption count."))
+    proposed: bool = Field(False, description=(
+        "Also screen every caption caption_failures and perturb_caption proposed so far that no screen at this "
+        "effect has taken yet (up to 200 captions in all; a next call takes the rest)."))
     effect: float = Field(3.0, json_schema_extra={"enum": [3.0, 2.0, 1.5]}, description=(
         "With prompts: the failure worth finding, in times the class's failure rate (3: strong effects, cheap; 2 and "
         "1.5: weaker ones, more images per caption)."))
@@ -53,9 +56,14 @@ class Args(BaseModel):
 
     @model_validator(mode="after")
     def _one(self) -> Args:
-        if (self.prompt is None) == (self.prompts is None):
-            raise ValueError("give prompt (one caption) or prompts (captions to screen), not both and not neither")
+        if self.prompt is None and self.prompts is None and not self.proposed:
+            raise ValueError("give prompt (one caption), or prompts (captions to screen) and/or proposed=true")
         return self
+
+    @property
+    def screening(self) -> bool:
+        """A screen: prompts or proposed given (a prompt given with them is screened with them)."""
+        return self.prompts is not None or self.proposed
 
 
 class Screened(BaseModel):
@@ -131,7 +139,7 @@ def render(r: Result) -> list[Line]:
 
 def run(args: Args, ctx: ToolContext) -> Result:
     inv = investigation(ctx)
-    if args.prompts is not None:
+    if args.screening:
         return _screen(inv, args)
     assert args.prompt is not None
     sample = inv.sample(args.prompt, args.n, target_label=args.target_label)
@@ -156,19 +164,29 @@ def pool(inv: Investigation, sample: Sample) -> Sample:
 
 
 def _screen(inv: Investigation, args: Args) -> Result:
-    assert args.prompts is not None
     label = inv.label.lower()
     class_key = normalise_caption(inv.class_prompt)
     prompts: list[str] = []
-    for p in args.prompts:
+    keys: set[str] = set()
+    for p in [*([args.prompt] if args.prompt else []), *(args.prompts or [])]:
         if label not in p.lower():
             raise ToolError(f"every caption must name the class under audit ({inv.label!r}): {p!r}")
         key = normalise_caption(p)
         if key == class_key:
             raise ToolError(f"{p!r} is the class prompt, the baseline a screen compares with: screen captions that "
                             "change something")
-        if key not in {normalise_caption(x) for x in prompts}:
+        if key not in keys:
+            keys.add(key)
             prompts.append(p)
+    taken = inv.screen_taken.setdefault(args.effect, set())
+    if args.proposed:
+        more = [c for key, c in inv.proposed.items() if key not in taken and key not in keys and key != class_key
+                and label in c.lower()]
+        if not more and not prompts:
+            raise ToolError(f"nothing proposed is left to screen at effect {args.effect:g}: call caption_failures or "
+                            "perturb_caption first, give prompts, or screen at a smaller effect")
+        prompts += more[:max(0, MAX_PROMPTS - len(prompts))]
+    taken.update(normalise_caption(p) for p in prompts)
     t = ladder.target_for(args.effect)
     base = inv.baseline("discovery", t.baseline_n)
     p0 = ladder.class_rate(base.k, base.n)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -175,6 +175,10 @@ class Investigation:
     screened: dict[str, Sample] = field(default_factory=dict)
     """Discovery images of each caption generate_and_classify made, pooled by normalised caption: where a screen of
     the caption starts."""
+    proposed: dict[str, str] = field(default_factory=dict)
+    """Captions caption_failures and perturb_caption proposed, by normalised caption, in order."""
+    screen_taken: dict[float, set[str]] = field(default_factory=dict)
+    """Normalised captions a screen (generate_and_classify with prompts) has taken, by the effect it screened for."""
     findings: list[Finding] = field(default_factory=list)
     _declared_by_first_attempt: bool = False
 
@@ -192,6 +196,11 @@ class Investigation:
             self.max_confirmations = sum(d.attempts for d in self.confirmation_designs)
         if self.cache is None:
             self.cache = PredictionCache()
+
+    def propose(self, captions: Iterable[str]) -> None:
+        """Keeps captions a tool proposed, for a screen of everything proposed (generate_and_classify)."""
+        for c in captions:
+            self.proposed.setdefault(normalise_caption(c), c)
 
     def seed_bases(self) -> dict[str, int]:
         start = self.seed * SEEDS_PER_INVESTIGATION

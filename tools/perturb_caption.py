@@ -362,5 +362,6 @@ def run(args: Args, ctx: ToolContext) -> Result:
             per_type[key] = per_type.get(key, 0) + 1
             edits.append(e)
     refs = refinements(args.caption, vocab) if args.refinements else []
+    inv.propose(e.caption for e in [*edits, *refs])
     return Result(caption=args.caption, edits=edits, refinements=refs, rejected=rejected, not_rendered=not_rendered,
                   source=source, notes=notes)

@@ -161,14 +161,13 @@ def next_step(tests: Sequence[dict[str, Any]], findings: Sequence[dict[str, Any]
                 "its most frequent wrong label as target_label.")
     if untested:
         return (f"screen the {len(untested)} proposed captions not yet screened in one call: generate_and_classify "
-                f"with prompts=[{', '.join(S.quote(c) for c in untested[:3])}{', ...' if len(untested) > 3 else ''}]"
-                " (add captions of your own).")
+                "with proposed=true (and prompts=[captions of your own], if you have any).")
     if not saw_baseline:
         return "generate_and_classify of the class prompt (the baseline), then caption_failures of its measurement."
     if not proposals:
-        return "perturb_caption of the class prompt, for hypotheses to screen."
+        return "perturb_caption of the class prompt with n=20, for hypotheses to screen."
     weaker = [e for e in (2.0, 1.5) if not effects or e < min(effects)]
     if effects and weaker and (left is None or left >= 2000):
-        return (f"screen the same captions again with effect={weaker[0]:g} for weaker failures (earlier images "
-                "count), or finish if nothing else is worth testing.")
+        return (f"screen again for weaker failures: generate_and_classify with proposed=true and effect={weaker[0]:g} "
+                "(earlier images count), or finish if nothing else is worth testing.")
     return "finish with a summary of the recorded findings, if nothing else is worth testing."

@@ -79,6 +79,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     d.add_argument("--call-format", choices=["tools", "json"], metavar="tools|json",
                    help="How the llm planner's calls are asked for (json: a schema-constrained reply).")
     d.add_argument("--llm-timeout", type=float, metavar="S", help="Seconds per language-model request.")
+    d.add_argument("--llm-context", type=int, metavar="TOKENS", help="The llm planner's rough token budget per "
+                                                                     "request (default 24000).")
+    d.add_argument("--max-seconds", type=float, metavar="S", help="Most seconds of one llm planner's run.")
     d.add_argument("--jobs", type=int, default=None, help="Worker processes (default: the number of CPU cores).")
     d.add_argument("--seeds", default="0", help="Comma-separated investigation seeds, or a count like 3 → 0,1,2 "
                                                 "(default 0).")
@@ -167,7 +170,8 @@ def _planners(args: argparse.Namespace) -> list[str]:
 
     if not any(uses_llm(p) for p in planners):
         for flag, value in (("--api-base", args.api_base), ("--tool-choice", args.tool_choice),
-                            ("--call-format", args.call_format), ("--llm-timeout", args.llm_timeout)):
+                            ("--call-format", args.call_format), ("--llm-timeout", args.llm_timeout),
+                            ("--llm-context", args.llm_context), ("--max-seconds", args.max_seconds)):
             if value is not None:
                 raise UsageError(f"{flag} is for a planner with a language model (llm:MODEL or protocol+llm:MODEL)")
     if len(set(planners)) != len(planners):
@@ -219,7 +223,9 @@ def run_discovery(args: argparse.Namespace) -> int:
                                     llm={k: v for k, v in (("api_base", args.api_base),
                                                            ("tool_choice", args.tool_choice),
                                                            ("call_format", args.call_format),
-                                                           ("llm_timeout", args.llm_timeout)) if v is not None})
+                                                           ("llm_timeout", args.llm_timeout),
+                                                           ("llm_context", args.llm_context),
+                                                           ("max_seconds", args.max_seconds)) if v is not None})
             with bars:
                 out = bench.run()
         except ValueError as e:
