@@ -50,9 +50,14 @@ def test_slash_command_parsing():
     assert name == "measure_rate" and args == {"caption": "a cat in the snow", "confirm": True, "mode": "sample",
                                                "max_n": 200, "target_label": "snow leopard"}
     assert C.arguments(C.parse("/generate"), [], "a photo of a cat")[1] == {"prompt": "a photo of a cat", "n": 100}
+    # /screen: what was proposed, or the captions given (separated by semicolons), at an effect, within a cap.
+    assert C.arguments(C.parse("/screen"), [], "a photo of a cat") == ("generate_and_classify", {"proposed": True})
+    assert C.arguments(C.parse("/screen effect=2x max=500 a cat in fog; a cat at night"), [], "a photo of a cat") == (
+        "generate_and_classify", {"prompts": ["a cat in fog", "a cat at night"], "effect": 2.0, "max_images": 500})
     for bad, message in [("/nope", "unknown command"), ("/measure", "usage: /measure"),
                          ("/measure n=lots a cat", "whole number"), ("/generate k=3", "unknown option k="),
-                         ("/caption", "nothing measured yet"), ("/edit a cat", "no generated images")]:
+                         ("/caption", "nothing measured yet"), ("/edit a cat", "no generated images"),
+                         ("/screen effect=big", "effect must be 3, 2 or 1.5")]:
         with pytest.raises(C.CommandError, match=message):
             C.arguments(C.parse(bad), [], "a photo of a cat")
 
@@ -161,7 +166,8 @@ def test_slash_commands_drive_the_tools_and_land_in_the_transcript(tmp_path):
     h = Harness(tmp_path)
     lines = ["/generate n=200", "/caption", f"/measure n=200 target=snow_leopard {SNOW}",
              f"/measure n=200 confirm {SNOW}", "/record t1 t2 cats in snow pass for snow leopards",
-             f"/edit k=3 {SNOW}", "/perturb types=background n=1", "/findings", "how are you?", "/bogus", "/measure",
+             f"/edit k=3 {SNOW}", "/perturb types=background n=1", "/screen", "/findings", "how are you?", "/bogus",
+             "/measure",
              "/quit",
              "/generate never reached"]
     screen = h.type(*lines)
@@ -170,7 +176,7 @@ def test_slash_commands_drive_the_tools_and_land_in_the_transcript(tmp_path):
     assert [e.text for e in events if isinstance(e, UserMessage)] == lines[:-1]
     calls = [e for e in events if isinstance(e, ToolCalled)]
     assert [c.name for c in calls] == ["generate_and_classify", "caption_failures", "measure_rate", "measure_rate",
-                                       "record_finding", "edit_image", "perturb_caption"]
+                                       "record_finding", "edit_image", "perturb_caption", "generate_and_classify"]
     for c in calls:  # each command is a turn of the user, followed by its call and result
         i = events.index(c)
         assert isinstance(events[i - 1], PlannerTurn) and events[i - 1].model == "user"

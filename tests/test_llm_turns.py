@@ -102,8 +102,8 @@ def test_the_ledger_shows_the_screen_and_suggests_testing_what_it_singles_out(tm
     snow = rows[SNOW]
     assert (f'- screened (2 captions, latest at 3x): to test (1): "{SNOW}" {snow["k"]}/{snow["n"]}; 1 dropped'
             in after_screen)
-    assert f'measure_rate with caption "{SNOW}", which the screen singles out ({snow["k"]}/{snow["n"]} failed)' \
-        in after_screen
+    assert (f'measure_rate with caption "{SNOW}", which the screen singles out ({snow["k"]}/{snow["n"]} failed), '
+            'and target_label "snow leopard"') in after_screen
     # Once tested, it leaves the list, and the next step follows the test.
     assert "- screened (2 captions, latest at 3x): none to test; 1 dropped" in after_test
     assert "which the screen singles out" not in after_test
@@ -248,8 +248,10 @@ def test_the_suggested_step_follows_the_protocol_and_ends_in_finish() -> None:
     assert next_step([], [], [], 0, 5000, saw_baseline=True, proposals=True, effects=[3.0, 2.0, 1.5]).startswith(
         "finish with")
     assert next_step([], [], [], 0, 1500, saw_baseline=True, proposals=True, effects=[3.0]).startswith("finish with")
-    first = next_step([], [], [], 0, 5000, saw_baseline=True, proposals=True, to_test=[("a cat. it is dark.", 5, 12)])
-    assert first.startswith("measure_rate with caption \"a cat. it is dark.\", which the screen singles out (5/12")
+    first = next_step([], [], [], 0, 5000, saw_baseline=True, proposals=True,
+                      to_test=[("a cat. it is dark.", 5, 12, "snow leopard")])
+    assert first == ('measure_rate with caption "a cat. it is dark.", which the screen singles out (5/12 failed), and '
+                     'target_label "snow leopard", the wrong label its failures got most.')
     found = [_t("t1", SNOW, "discovery", "supported"), _t("t2", "x", "discovery", "supported", low=4.0)]
     assert "confirm 'x' (supported as t2)" in step(found).replace('"', "'")
     confirmed = [*found, _t("t3", SNOW, "confirmation", "supported")]

@@ -32,6 +32,9 @@ HELP: list[tuple[str, str]] = [
     ("/caption [MEASUREMENT]", "caption the failures of a measurement (default: the latest) into hypotheses"),
     ("/perturb [types=background,domain] [n=2] [CAPTION]", "LANCE edits of a caption that keep the class, "
                                                            "plus refinements"),
+    ("/screen [effect=3] [max=IMAGES] [CAPTION; CAPTION; ...]", "screen captions on the ladder in one call "
+                                                               "(default: everything proposed and not yet screened); "
+                                                               "ranked, with what to test next"),
     ("/edit [m=MEASUREMENT] [k=8] TARGET CAPTION", "edit generated images (default: the latest) so they match "
                                                    "TARGET CAPTION; paired before/after predictions"),
     ("/measure [n=800] [target=LABEL] [confirm] [counterfactual] CAPTION", "failure rate of a hypothesis vs the "
@@ -45,7 +48,7 @@ HELP: list[tuple[str, str]] = [
     ("/quit", "leave (Ctrl-D too); the transcript stays in the run directory"),
 ]
 
-TOOL_COMMANDS = ("generate", "caption", "perturb", "edit", "measure", "record")
+TOOL_COMMANDS = ("generate", "caption", "perturb", "screen", "edit", "measure", "record")
 OTHER_COMMANDS = ("findings", "auto", "help", "quit", "exit")
 
 
@@ -199,6 +202,18 @@ def arguments(p: Parsed, events: Sequence[Event], class_prompt: str,
         if "n" in p.options:
             args["n"] = _int(p, "n")
         return "perturb_caption", args
+    if p.name == "screen":
+        _known(p, ("effect", "max"))
+        captions = [c.strip() for c in p.text.split(";") if c.strip()]
+        args = {"prompts": captions} if captions else {"proposed": True}
+        if "effect" in p.options:
+            try:
+                args["effect"] = float(p.options["effect"].rstrip("x"))
+            except ValueError:
+                raise CommandError(f"/screen: effect must be 3, 2 or 1.5, got {p.options['effect']!r}") from None
+        if "max" in p.options:
+            args["max_images"] = _int(p, "max")
+        return "generate_and_classify", args
     if p.name == "edit":
         _known(p, ("m", "k"))
         if not p.text:

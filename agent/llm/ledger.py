@@ -104,7 +104,7 @@ def ledger(events: Sequence[Event] | InvestigationView, *, budget: int | None) -
         lines.append("- recorded findings: none")
     pending = view.finish_called
     step = next_step(tests, findings, untested, confirmations, left, declared=m, saw_baseline=bool(view.calls),
-                     proposals=bool(proposed), to_test=[(r.caption, r.k, r.n) for r in to_test],
+                     proposals=bool(proposed), to_test=[(r.caption, r.k, r.n, r.wrong_label) for r in to_test],
                      effects=view.screen_effects)
     if step and not pending:
         lines.append(f"Suggested next step (the protocol's; yours to decide): {step}")
@@ -126,7 +126,7 @@ def confirmation_cost(attempts: int) -> int:
 
 def next_step(tests: Sequence[dict[str, Any]], findings: Sequence[dict[str, Any]], untested: Sequence[str],
               confirmations: int, left: int | None, *, saw_baseline: bool, proposals: bool,
-              declared: int = MAX_CONFIRMATIONS, to_test: Sequence[tuple[str, int, int]] = (),
+              declared: int = MAX_CONFIRMATIONS, to_test: Sequence[tuple[str, int, int, str | None]] = (),
               effects: Sequence[float] = ()) -> str:
     """What the protocol would do next, in words with the ids to use: record a confirmed test, confirm a supported
     discovery, test what a screen singled out, screen what was proposed, screen again for weaker effects, or ask for
@@ -156,9 +156,9 @@ def next_step(tests: Sequence[dict[str, Any]], findings: Sequence[dict[str, Any]
         return (f"confirm {S.quote(str(best.get('caption')))} (supported as {best.get('test_id')}) with "
                 "measure_rate(caption=..., confirm=true).")
     if to_test:
-        caption, k, n = to_test[0]
-        return (f"measure_rate with caption {S.quote(caption)}, which the screen singles out ({k}/{n} failed), and "
-                "its most frequent wrong label as target_label.")
+        caption, k, n, wrong = to_test[0]
+        return (f"measure_rate with caption {S.quote(caption)}, which the screen singles out ({k}/{n} failed)"
+                + (f", and target_label {S.quote(wrong)}, the wrong label its failures got most." if wrong else "."))
     if untested:
         return (f"screen the {len(untested)} proposed captions not yet screened in one call: generate_and_classify "
                 "with proposed=true (and prompts=[captions of your own], if you have any).")
