@@ -165,7 +165,7 @@ def next_step(tests: Sequence[dict[str, Any]], findings: Sequence[dict[str, Any]
     if not saw_baseline:
         return "generate_and_classify of the class prompt (the baseline), then caption_failures of its measurement."
     if not proposals:
-        return "perturb_caption of the class prompt with n=20, for hypotheses to screen."
+        return "perturb_caption of the class prompt with n=100 (every phrase of the vocabulary), to screen them."
     weaker = [e for e in (2.0, 1.5) if not effects or e < min(effects)]
     if effects and weaker and (left is None or left >= 2000):
         return (f"screen again for weaker failures: generate_and_classify with proposed=true and effect={weaker[0]:g} "
