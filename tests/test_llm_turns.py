@@ -254,6 +254,9 @@ def test_the_suggested_step_follows_the_protocol_and_ends_in_finish() -> None:
                      'target_label "snow leopard", the wrong label its failures got most.')
     found = [_t("t1", SNOW, "discovery", "supported"), _t("t2", "x", "discovery", "supported", low=4.0)]
     assert "confirm 'x' (supported as t2)" in step(found).replace('"', "'")
+    # A confirmation made before any discovery test of its caption: the discovery record_finding needs comes first.
+    early = step([_t("t1", SNOW, "confirmation", "supported")])
+    assert early.startswith(f'measure_rate with caption "{SNOW}" and confirm=false: it was confirmed (t1) without')
     confirmed = [*found, _t("t3", SNOW, "confirmation", "supported")]
     assert "discovery_test 't1', confirmation_test 't3'" in step(confirmed)
     # a confirmed test waiting to be recorded comes first even when the attempts or the images have run out

@@ -142,6 +142,12 @@ def next_step(tests: Sequence[dict[str, Any]], findings: Sequence[dict[str, Any]
             c = confirmed[key]
             return (f"record_finding with caption {S.quote(str(t.get('caption')))}, discovery_test "
                     f"{t.get('test_id')!r}, confirmation_test {c.get('test_id')!r} and a one-sentence summary.")
+    tested = {_key(str(t.get("caption", ""))) for t in tests if t.get("purpose") == "discovery"}
+    orphans = [c for key, c in confirmed.items() if key not in tested and key not in recorded]
+    if orphans and (left is None or left >= FIRST_N):
+        c = orphans[0]
+        return (f"measure_rate with caption {S.quote(str(c.get('caption')))} and confirm=false: it was confirmed "
+                f"({c.get('test_id')}) without a discovery test, which record_finding also needs.")
     if confirmations >= declared:
         return (f"finish: all {declared} confirmation attempts are used, so nothing more can be confirmed; "
                 "summarise the recorded findings.")
