@@ -101,6 +101,30 @@ def test_each_stage_is_the_furthest_the_bug_got():
     assert stage(base, found=True) == "found"
 
 
+def test_a_screen_of_many_captions_counts_each_captions_pooled_images_once():
+    def screen(rows: list[tuple[str, int, int]]) -> generate_and_classify.Result:
+        summary = SampleSummary(prompt=rows[0][0], failures=stats.binomial_rate(rows[0][1], rows[0][2]),
+                                seeds=(0, 1))
+        return generate_and_classify.Result(
+            measurement_id="m9", summary=summary, failure_images=[], success_images=[],
+            screen=generate_and_classify.Screen(
+                effect=3.0, class_rate=stats.binomial_rate(10, 300), worth=0.1, images=0, stopped="done",
+                captions=[generate_and_classify.Screened(caption=c, k=k, n=n, plausible=0.5, verdict="open")
+                          for c, k, n in rows]))
+
+    grass = "a photo of a cat in the grass."
+    e = Events().look(CLASS, 10, 300).look(SNOW, 1, 3)
+    # A screen's rows already pool each caption's earlier looks (1/3 of them here): they replace, never add.
+    e.call("generate_and_classify", {"prompt": "a playful cat", "proposed": True},
+           screen([(grass, 3, 3), (SNOW, 4, 15)]))
+    out = stage_of(e.view, names, False)
+    assert (out["screen"]["k"], out["screen"]["n"]) == (4, 15) and out["stage"] == "screened, not tested"
+    e.look(SNOW, 2, 5)  # a later look adds to them
+    e.call("generate_and_classify", {"proposed": True}, screen([(SNOW + " at dawn", 0, 12)]))
+    out = stage_of(e.view, names, False)
+    assert (out["screen"]["k"], out["screen"]["n"]) == (6, 32)
+
+
 def test_calls_that_name_another_attribute_or_failed_do_not_count():
     e = Events().look(CLASS, 10, 300).look("a photo of a cat in the grass.", 3, 3)
     e.call("measure_rate", {"caption": SNOW}, None)  # failed: no result

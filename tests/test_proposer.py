@@ -76,7 +76,9 @@ def test_a_malformed_proposal_leaves_the_vocabularys_candidates(tmp_path, monkey
     (pert,) = perturbs
     assert pert.result["source"] == "vocabulary" and pert.result["edits"]
     assert any("could not be used" in n for n in pert.result["notes"])
-    assert any(t.startswith("The language model's proposals could not be used") for t in turns)
+    assert any(t.startswith("The language model's proposals: the LLM's perturbations could not be used (the LLM's "
+                            "perturbations were not valid JSON") and t.endswith("; these are the vocabulary's.")
+               for t in turns)
     # The investigation goes on as without a model: the snow failure is still found.
     recorded = [e for e in events if e.kind == "finding"]
     assert any("snow" in e.finding["caption"] for e in recorded)

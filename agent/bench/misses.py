@@ -18,7 +18,7 @@ from typing import Any
 
 from scipy import stats as sps
 
-from sleuth.agent.view import InvestigationView
+from sleuth.agent.view import InvestigationView, caption_key
 from sleuth.tools import generate_and_classify
 
 LEARNED = 2.0
@@ -43,18 +43,26 @@ def stage_of(view: InvestigationView, names: Callable[[str], bool], found: bool)
     """How far one planted bug got in one run: its stage, with the screen's pooled k/n and the tests' verdicts."""
     class_prompt = view.started.class_prompt if view.started is not None else None
     base_k = base_n = 0
-    screen_k = screen_n = 0
+    pooled: dict[str, tuple[int, int]] = {}
+    """Screening images of each caption naming the bug: a look adds to them, a screen's row (which pools its
+    caption's earlier looks) replaces them."""
     for r in view.returned:
         x = r.result
-        if isinstance(x, generate_and_classify.Result):
+        if isinstance(x, generate_and_classify.Result) and x.screen is not None:
+            for row in x.screen.captions:
+                if names(row.caption):
+                    pooled[caption_key(row.caption)] = (row.k, row.n)
+        elif isinstance(x, generate_and_classify.Result):
             failures = x.summary.failures
             prompt = r.arguments.get("prompt")
             if prompt == class_prompt:
                 base_k += failures.k
                 base_n += failures.n
             elif names(str(prompt or "")):
-                screen_k += failures.k
-                screen_n += failures.n
+                k, n = pooled.get(caption_key(str(prompt)), (0, 0))
+                pooled[caption_key(str(prompt))] = (k + failures.k, n + failures.n)
+    screen_k = sum(k for k, _ in pooled.values())
+    screen_n = sum(n for _, n in pooled.values())
     proposed = any(names(p.caption) for p in view.proposals)
     tests = [t for t in view.tests if t.mode != "counterfactual" and names(t.caption)]
     recorded = any(names(f.caption) for f in view.recorded)

@@ -939,8 +939,8 @@ class ProtocolPlanner(ScriptPlanner):
         if pert is None:
             return "The language model's proposals could not be had; the vocabulary's candidates are screened."
         if pert.source == "vocabulary":
-            why = "; ".join(pert.notes) or "it proposed nothing"
-            return f"The language model's proposals could not be used ({why}); the vocabulary's are screened."
+            why = "; ".join(pert.notes) or "it proposed nothing; these are the vocabulary's"
+            return f"The language model's proposals: {why}."
         mine = [c for c in cands if c.source == "llm"]
         asked = sum(e.source == "llm" for e in pert.edits)
         names = ", ".join(repr(c.caption) for c in mine[:NAMED]) + (f", and {len(mine) - NAMED} more"
