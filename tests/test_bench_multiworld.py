@@ -183,3 +183,15 @@ def test_bench_command_refuses_bad_input_in_one_line(capsys, argv, words, tmp_pa
     assert main(["bench", "discovery", *argv, "--out", str(tmp_path)]) != 0
     err = capsys.readouterr().err
     assert words in err
+
+
+def test_a_worker_ends_once_the_benchmark_process_is_gone():
+    import os
+
+    stopped: list[int] = []
+    gone = multiworld.exit_with_parent(-1, interval=0.01, stop=stopped.append)  # not this process's parent
+    gone.join(timeout=5)
+    assert stopped == [1] and not gone.is_alive()
+    alive = multiworld.exit_with_parent(os.getppid(), interval=0.01, stop=stopped.append)
+    alive.join(timeout=0.1)
+    assert alive.is_alive() and stopped == [1]  # still watching: its parent is there

@@ -97,7 +97,10 @@ class RenderCache:
 def _init_worker(threads: int) -> None:
     import torch
 
+    from sleuth.agent.bench.multiworld import exit_with_parent
+
     torch.set_num_threads(threads)
+    exit_with_parent(os.getppid())
 
 
 def _toy(world: str | None) -> Any:

@@ -14,6 +14,7 @@ import json
 import multiprocessing
 import os
 import shutil
+import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -84,10 +85,25 @@ def _stored(path: Path, world_hash: str, settings: Settings) -> dict[str, Any] |
 _LOADED: dict[str, tuple[Any, Any, OracleJudge]] = {}
 
 
+def exit_with_parent(parent: int, interval: float = 2.0, stop: Callable[[int], Any] = os._exit) -> threading.Thread:
+    """Ends this worker once its parent, the benchmark process, is gone: a parent killed without the chance to shut
+    its pool down (SIGTERM, SIGKILL) would otherwise leave workers spending images and model requests for nobody."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(interval)
+        stop(1)
+
+    t = threading.Thread(target=watch, name="exit-with-parent", daemon=True)
+    t.start()
+    return t
+
+
 def _init_worker(threads: int) -> None:
     import torch
 
     torch.set_num_threads(threads)
+    exit_with_parent(os.getppid())
 
 
 def prepare_world(key: str, world: World) -> dict[str, Any]:
