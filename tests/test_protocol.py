@@ -116,6 +116,8 @@ def test_nothing_to_find_spends_the_passes_and_says_so(tmp_path):
     per_caption: Counter[str] = Counter()
     for e in screens:
         per_caption[e.arguments["prompt"]] += e.arguments["n"]
+    # Each later pass first drew the class baseline its tests would compare with: 800, then 1,500 images.
+    assert per_caption.pop(CAT) == PASSES[-1].baseline_n - PASSES[0].baseline_n
     drawn = {n for p, n in per_caption.items() if not unrendered(p)}
     last = PASSES[-1]
     worth = last.worth(0.5 / (last.baseline_n + 1))
@@ -350,6 +352,31 @@ def test_what_a_test_adds_to_the_class_baseline_is_paid_for_before_anything_else
     assert planner._topup(last) == last.baseline_n - 800
     assert not planner._affords(0, last)
     assert planner._test_n(last) == last.first_n
+
+
+def test_a_later_pass_draws_its_class_baseline_before_its_screen_judges_anything(tmp_path):
+    """The 2x pass's threshold is twice the class rate: it is judged against the 800 baseline images its tests use,
+    drawn when the pass starts, not against the first pass's 300."""
+    session, result, events = run(tmp_path, ProtocolPlanner("cat", CAT, budget=6_000, confirmations=12))
+    assert result.status == "completed"
+    order = [e for e in events if e.kind in ("planner_turn", "tool_called", "tool_returned")]
+    intro = next(j for j, e in enumerate(order) if e.kind == "planner_turn" and e.reasoning.startswith("Pass 2:"))
+    called = [e for e in order[:intro] if e.kind == "tool_called" and e.name == "generate_and_classify"
+              and e.arguments.get("prompt") == CAT]
+    first, top = called[0], called[-1]
+    assert first.arguments["n"] == 300 and top.arguments["n"] == PASSES[1].baseline_n - 300
+    # Nothing else between the top-up and the pass's first judgement.
+    between = [e for e in order[order.index(top) + 1:intro] if e.kind == "tool_called"]
+    assert between == []
+    counts = {e.call_id: e.result["summary"]["failures"] for e in order if e.kind == "tool_returned"
+              and e.call_id in (first.call_id, top.call_id)}
+    k = sum(c["k"] for c in counts.values())
+    assert sum(c["n"] for c in counts.values()) == PASSES[1].baseline_n
+    p0 = (k + 0.5) / (PASSES[1].baseline_n + 1)
+    assert f"now fails at {100 * PASSES[1].worth(p0):.1f}% or more" in order[intro].reasoning
+    # The class rate the answer gives is the whole baseline's.
+    whole = session.investigation.baselines["discovery"]
+    assert whole.n >= PASSES[1].baseline_n and f"Baseline for cat: {whole.k}/{whole.n} = " in final(events)
 
 
 def test_a_screen_that_reads_as_a_findings_idea_gets_no_more_screening_images(tmp_path):

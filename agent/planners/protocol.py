@@ -65,7 +65,7 @@ from sleuth.tools.ladder import (
     plausibility,
     score,
 )
-from sleuth.tools.stats import RatioCI
+from sleuth.tools.stats import RatioCI, binomial_rate
 
 FIRST_LOOKS = 128
 """New candidates given their first look per turn (then what the screen singled out is tested, surest first)."""
@@ -301,6 +301,7 @@ class ProtocolPlanner(ScriptPlanner):
         """Confirmation baseline images drawn so far."""
         self._p0 = 0.0
         self._have = 0
+        self._base_k = 0
         """The class baseline's size so far (tests top it up to their pass's size)."""
         self._common: dict[str, float] = {}
         self._cands: list[Candidate] = []
@@ -314,6 +315,12 @@ class ProtocolPlanner(ScriptPlanner):
         if design is not None and design.baseline_n is not None:
             return design.baseline_n
         return self.baseline_n
+
+    def _class_rate(self, k: int, n: int) -> None:
+        """The class baseline grew to ``k`` failures in ``n`` images: the rate every screen and test compares with."""
+        if n >= self._have:
+            self._base_k, self._have = k, n
+            self._p0 = (k + 0.5) / (n + 1)
 
     def _left(self) -> int | None:
         return self.images_left() if self.budget is not None else None
@@ -379,6 +386,7 @@ class ProtocolPlanner(ScriptPlanner):
         s = base.summary
         self._p0 = (s.failures.k + 0.5) / (s.failures.n + 1)
         self._have = s.failures.n
+        self._base_k = s.failures.k
         by_llm = self.proposer == "llm"
         calls = [] if by_llm else [self.call("perturb_caption", caption=prompt, types=list(self.explore_types), n=100,
                                              refinements=False)]
@@ -477,6 +485,18 @@ class ProtocolPlanner(ScriptPlanner):
                     stop = (f"the images left cannot pay for a pass at {t.name} (its baseline of "
                             f"{self._base_n(t)} images, a test and a confirmation)")
                     break
+                more = self._topup(t)
+                if more:
+                    # The pass's tests would draw these at its first test; drawn now, its screen judges every
+                    # candidate against the class rate its tests use. A 300-image baseline of a class that fails 2%
+                    # puts its rate between 0.9% and 4.3%, and this pass's threshold is twice that.
+                    (res,) = yield self.turn(
+                        f"Pass {i + 1} compares with {self._base_n(t)} images of {prompt!r}; I draw the {more} more "
+                        "now, so that its screen judges candidates against the class rate its tests will use.",
+                        self.call("generate_and_classify", prompt=prompt, n=more))
+                    top = ok(res, generate_and_classify.Result)
+                    if top is not None:
+                        self._class_rate(self._base_k + top.summary.failures.k, self._have + top.summary.failures.n)
             yield self.turn(self._pass_intro(i, t, cands))
             released = False
             while not stop:
@@ -518,8 +538,7 @@ class ProtocolPlanner(ScriptPlanner):
                         r = ok(res, measure_rate.Result)
                         if r is None:
                             continue
-                        self._p0 = (r.baseline.k + 0.5) / (r.baseline.n + 1)
-                        self._have = max(self._have, r.baseline.n)
+                        self._class_rate(r.baseline.k, r.baseline.n)
                         if not self._worth_confirming(r, i):
                             continue
                         supported += 1
@@ -630,7 +649,7 @@ class ProtocolPlanner(ScriptPlanner):
                 tested += 1
                 r = ok(res, measure_rate.Result)
                 if r is not None:
-                    self._have = max(self._have, r.baseline.n)
+                    self._class_rate(r.baseline.k, r.baseline.n)
                 if r is None or not self._worth_confirming(r, len(self.passes) - 1):
                     continue
                 supported += 1
@@ -963,7 +982,7 @@ class ProtocolPlanner(ScriptPlanner):
 
     def _summary(self, s: SampleSummary, cands: list[Candidate], found: list[Found],
                  tested: int, supported: int, screened_images: int, reached: list[str], stop: str) -> str:
-        base = s.failures
+        base = s.failures if self._have <= s.failures.n else binomial_rate(self._base_k, self._have)
         groups: dict[str | None, list[Found]] = {}
         for f in sorted(found, key=lambda f: -(e.low if (e := effect(f.confirmation)) else 0)):
             groups.setdefault(f.label, []).append(f)
