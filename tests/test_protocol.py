@@ -379,6 +379,39 @@ def test_a_later_pass_draws_its_class_baseline_before_its_screen_judges_anything
     assert whole.n >= PASSES[1].baseline_n and f"Baseline for cat: {whole.k}/{whole.n} = " in final(events)
 
 
+def test_counterfactual_tests_are_planned_at_what_the_costliest_so_far_was_charged():
+    """On toyworld a counterfactual test costs its 20 class images and their 40 edits; an editor on a diffusion model
+    charges several hundred generator images a test, so a batch planned at 60 each would be refused by the budget."""
+    planner = ProtocolPlanner("cat", CAT, budget=10_000)
+    planner.images_left = lambda: 1_000  # type: ignore[method-assign]
+    planner._have, planner._conf_drawn = 300, 300  # nothing to top up; a confirmation's first look kept back
+
+    def result(mode: str, charged: int | None = None) -> measure_rate.Result:
+        return measure_rate.Result(test_id="t1", caption="c", purpose="discovery", mode=mode,  # type: ignore[arg-type]
+                                   baseline=stats.binomial_rate(0, 300), p_value=0.5, adjusted_p=0.5, family_size=1,
+                                   adjust_method="holm", verdict="inconclusive", budget_charged=charged,
+                                   rate_ratio=stats.rate_ratio(20, 30, 5, 300),
+                                   hypothesis=SampleSummary(prompt="p", failures=stats.binomial_rate(20, 30),
+                                                            seeds=(0, 29)))
+
+    def findings(n: int) -> list[Found]:
+        return [Found(Candidate(f"{CAT} {i}", "background"), result("sample"), result("sample"), "dog")
+                for i in range(n)]
+
+    found = findings(8)
+    left = 1_000 - PASSES[0].first_n
+    gen = planner._mechanisms(found[:1], PASSES[0])
+    assert len(next(gen).tool_calls) == 1
+    gen.send([result("counterfactual", 456)])
+    gen = planner._mechanisms(found, PASSES[0])
+    assert len(next(gen).tool_calls) == left // 456 == 2
+    # At toyworld's cost the same images pay for every finding's test.
+    cheap = ProtocolPlanner("cat", CAT, budget=10_000)
+    cheap.images_left = planner.images_left  # type: ignore[method-assign]
+    cheap._have, cheap._conf_drawn = 300, 300
+    assert len(next(cheap._mechanisms(findings(7), PASSES[0])).tool_calls) == 7
+
+
 def test_a_screen_that_reads_as_a_findings_idea_gets_no_more_screening_images(tmp_path):
     _, _, events = run(tmp_path, ProtocolPlanner("cat", CAT, budget=6_000))
     prompt_of: dict[str, str] = {}  # measurement id -> the screened caption

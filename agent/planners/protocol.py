@@ -301,8 +301,13 @@ class ProtocolPlanner(ScriptPlanner):
         """Confirmation baseline images drawn so far."""
         self._p0 = 0.0
         self._have = 0
+        """The class baseline's size so far (later passes top it up to their size)."""
         self._base_k = 0
-        """The class baseline's size so far (tests top it up to their pass's size)."""
+        """Its failures."""
+        self._cf_cost = 3 * COUNTERFACTUAL_N
+        """Images a counterfactual test is expected to cost: its class images, their edits and their control edits,
+        or what the costliest so far was charged (an editor on a diffusion model charges its inversions and edits in
+        generator images, several hundred a test)."""
         self._common: dict[str, float] = {}
         self._cands: list[Candidate] = []
 
@@ -928,7 +933,7 @@ class ProtocolPlanner(ScriptPlanner):
         for f in found:
             if f.cf_tried:
                 continue
-            if not self._affords(3 * COUNTERFACTUAL_N * (len(batch) + 1), t):
+            if not self._affords(self._cf_cost * (len(batch) + 1), t):
                 break
             batch.append(f)
         if not batch:
@@ -945,6 +950,8 @@ class ProtocolPlanner(ScriptPlanner):
         records = []
         for f, res in zip(batch, got):
             cf = ok(res, measure_rate.Result)
+            if cf is not None and cf.budget_charged:
+                self._cf_cost = max(self._cf_cost, cf.budget_charged)
             if cf is not None:
                 records.append(self.call(
                     "record_finding", caption=f.candidate.caption, discovery_test=f.discovery.test_id,
