@@ -185,12 +185,16 @@ def test_each_turn_records_its_latency_and_requests(tmp_path):
     assert all(t.latency_s is not None and 0 <= t.latency_s < 30 for t in turns)
 
 
-def test_forced_call_mode_sends_a_grammar_instead_of_tools_and_reads_the_call(tmp_path):
-    def reply(call: dict[str, Any], note: str) -> Any:
-        return text_reply(json.dumps({"call": call, "note": note}))
+def test_forced_call_mode_sends_a_grammar_instead_of_tools_and_reads_the_calls(tmp_path):
+    def reply(calls: list[dict[str, Any]], note: str) -> Any:
+        return text_reply(json.dumps({"calls": calls, "note": note}))
 
-    script = [reply({"name": "generate_and_classify", "arguments": {"prompt": CAT, "n": 20}}, "the baseline first"),
-              reply({"name": "finish", "arguments": {"summary": "nothing confirmed"}}, "done")]
+    look = {"name": "generate_and_classify", "arguments": {"prompt": CAT, "n": 20}}
+    other = {"name": "generate_and_classify", "arguments": {"prompt": SNOW, "n": 10}}
+    # several calls in one reply, one of them twice (run once); then the earlier one-call form
+    script = [reply([look, other, look], "the baseline first"),
+              text_reply(json.dumps({"call": {"name": "finish", "arguments": {"summary": "nothing confirmed"}},
+                                     "note": "done"}))]
     with StubServer(script) as stub:
         sess, planner = make(stub, tmp_path, call_format="json")
         result = sess.run(planner)
@@ -198,20 +202,47 @@ def test_forced_call_mode_sends_a_grammar_instead_of_tools_and_reads_the_call(tm
     body = stub.requests[0].body
     assert "tools" not in body and "tool_choice" not in body
     schema = body["response_format"]["json_schema"]["schema"]
-    assert schema["required"] == ["call", "note"] and list(schema["properties"]) == ["call", "note"]
-    names = [o["properties"]["name"]["const"] for o in schema["properties"]["call"]["oneOf"]]
+    assert schema["required"] == ["calls", "note"] and list(schema["properties"]) == ["calls", "note"]
+    calls = schema["properties"]["calls"]
+    assert (calls["minItems"], calls["maxItems"]) == (1, 4)
+    names = [o["properties"]["name"]["const"] for o in calls["items"]["oneOf"]]
     assert set(names) == set(registry().names()) and schema["properties"]["note"]["maxLength"] == 160
-    # The tools are described in the system prompt instead.
-    assert '"name": "measure_rate"' in body["messages"][0]["content"]
+    # The tools are described in the system prompt instead, their arguments without the schema's descriptions (the
+    # prompt's tool guide says what they are for, and every request is shorter for it).
+    guide = body["messages"][0]["content"].split("## How to call tools")[1]
+    assert '"name": "measure_rate"' in guide and '"first_n": {"default": 100' in guide
+    assert "Images at the first look." not in guide and guide.count('"description"') == len(registry().names())
     turns = [e for e in read_transcript(sess.transcript) if isinstance(e, PlannerTurn)]
-    assert [c.name for t in turns for c in t.tool_calls] == ["generate_and_classify", "finish"]
+    assert [[c.name for c in t.tool_calls] for t in turns] == [["generate_and_classify"] * 2, ["finish"]]
+    assert [c.arguments["prompt"] for c in turns[0].tool_calls] == [CAT, SNOW]
     assert turns[0].reasoning == "the baseline first"
-    assert next(e for e in read_transcript(sess.transcript) if e.kind == "tool_returned").ok
+    returned = [e for e in read_transcript(sess.transcript) if e.kind == "tool_returned"]
+    assert [r.ok for r in returned] == [True, True, True]
+
+
+def test_a_reply_that_repeats_the_previous_calls_is_asked_again_once(tmp_path):
+    """A small model can loop on its last call; it is told so once, and a second repeat runs as asked."""
+    look = tool_call("generate_and_classify", {"prompt": CAT, "n": 20}, "g")
+    finish = tool_reply(tool_call("finish", {"summary": "x"}, "f"))
+    with StubServer([tool_reply(look), tool_reply(dict(look, id="g2")), finish]) as stub:
+        sess, planner = make(stub, tmp_path / "once")
+        sess.run(planner)
+    turns = [e for e in read_transcript(sess.transcript) if isinstance(e, PlannerTurn)]
+    assert [[c.name for c in t.tool_calls] for t in turns] == [["generate_and_classify"], ["finish"]]
+    assert turns[1].requests == 2 and len(stub.requests) == 3
+    assert "repeats your previous calls exactly" in stub.requests[2].messages[-1]["content"]
+    with StubServer([tool_reply(look), tool_reply(dict(look, id="g2")), tool_reply(dict(look, id="g3")), finish]) \
+            as stub:
+        sess, planner = make(stub, tmp_path / "twice")
+        sess.run(planner)
+    turns = [e for e in read_transcript(sess.transcript) if isinstance(e, PlannerTurn)]
+    assert [[c.name for c in t.tool_calls] for t in turns] == [["generate_and_classify"]] * 2 + [["finish"]]
 
 
 def test_a_spent_budget_ends_the_run_cleanly_and_max_turns_ends_it_with_its_own_status(tmp_path):
     look = tool_call("generate_and_classify", {"prompt": CAT, "n": 250}, "g")
-    with StubServer([tool_reply(look), tool_reply(dict(look, id="g2"))],
+    again = tool_call("generate_and_classify", {"prompt": SNOW, "n": 250}, "g2")
+    with StubServer([tool_reply(look), tool_reply(again)],
                     fallback=tool_reply(tool_call("finish", {"summary": "x"}, "f"))) as stub:
         sess, planner = make(stub, tmp_path / "budget")
         sess.investigation.budget.images = 300
@@ -222,7 +253,8 @@ def test_a_spent_budget_ends_the_run_cleanly_and_max_turns_ends_it_with_its_own_
     with StubServer([], fallback=tool_reply(measure(1))) as stub:
         sess, planner = make(stub, tmp_path / "turns")
         result = sess.run(planner, max_turns=2)
-    assert (result.status, result.n_turns) == ("max_turns", 2) and len(stub.requests) == 2
+    # (the second turn repeats the first word for word, so it is asked once more before it runs)
+    assert (result.status, result.n_turns) == ("max_turns", 2) and len(stub.requests) == 3
 
 
 def _t(tid: str, caption: str, purpose: str, verdict: str, low: float = 2.0) -> dict[str, Any]:
@@ -268,6 +300,34 @@ def test_the_suggested_step_follows_the_protocol_and_ends_in_finish() -> None:
     # too few images for a confirmation: finish rather than measure or confirm
     assert step(found, untested=("a cat. it is dark.",), left=299).startswith("finish: 299 images are left")
     assert "confirm" in step(found, left=300)
+
+
+def test_the_suggested_calls_batch_what_is_independent_and_keep_images_for_a_confirmation() -> None:
+    from sleuth.agent.llm.ledger import next_calls
+
+    def t(tid: str, caption: str, purpose: str, verdict: str, low: float = 2.0, label: str | None = None):
+        return dict(_t(tid, caption, purpose, verdict, low), target_label=label)
+
+    queue = [(f"a cat {i}.", 3, 3, "fox") for i in range(6)]
+    tests = [t("t1", "a", "discovery", "supported", label="bee"), t("t2", "a", "confirmation", "supported"),
+             t("t3", "b", "discovery", "supported", low=3.0, label="dog"), t("t4", "c", "discovery", "supported")]
+    calls = next_calls(tests, [], [], 1, 5000, declared=24, to_test=queue)
+    # the confirmed test recorded, the discoveries confirmed surest first (with their label), then one new test
+    assert calls == [
+        {"name": "record_finding", "arguments": {"caption": "a", "discovery_test": "t1", "confirmation_test": "t2"}},
+        {"name": "measure_rate", "arguments": {"caption": "b", "target_label": "dog", "confirm": True}},
+        {"name": "measure_rate", "arguments": {"caption": "c", "confirm": True}},
+        {"name": "measure_rate", "arguments": {"caption": "a cat 0.", "target_label": "fox"}}]
+    assert len(next_calls([], [], [], 0, 5000, to_test=queue)) == 4
+    # a new test is suggested only while a confirmation of it could still be paid for after its first look
+    assert len(next_calls([], [], [], 1, 350, to_test=queue)) == 2
+    assert next_calls([], [], [], 1, 199, to_test=queue) == []
+    assert len(next_calls([], [], [], 0, 1350, to_test=queue)) == 2  # the first confirmation draws its baseline
+    # no attempts left: nothing to test, and a confirmation made before its discovery test gets that test
+    assert next_calls([], [], [], 10, 5000, declared=10, to_test=queue) == []
+    early = [t("t1", "a", "confirmation", "supported", label="fox")]
+    assert next_calls(early, [], [], 1, 5000, to_test=queue)[0] == {
+        "name": "measure_rate", "arguments": {"caption": "a", "target_label": "fox"}}
 
 
 def test_forced_call_schema_bounds_every_free_string() -> None:

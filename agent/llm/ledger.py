@@ -9,6 +9,7 @@ byte-identical from one request to the next (a server's prompt cache keeps them)
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -18,16 +19,21 @@ from sleuth.agent.view import InvestigationView, caption_key
 from sleuth.tools import measure_rate, record_finding, stats
 from sleuth.tools.defaults import BASELINE_N, FIRST_N, MAX_CONFIRMATIONS
 
-MAX_ROWS = 30
-"""Tests listed (the newest); older ones are counted."""
+MAX_ROWS = 12
+"""Tests listed (the newest); older ones are counted. The ledger is read again at every request (it is the prompt's
+last message), so each row costs every turn: a small model on a CPU reads about 30-80 prompt tokens a second."""
 
 
 MAX_PROPOSED = 8
 """Proposed hypotheses listed (the oldest untested first)."""
 
 
-MAX_SCREENED = 6
+MAX_SCREENED = 4
 """Captions a screen singles out, listed (surest first)."""
+
+
+MAX_CALLS = 4
+"""Calls one reply may carry in forced-call mode, and so the most calls the ledger suggests at once."""
 
 
 def _key(caption: str) -> str:
@@ -44,7 +50,8 @@ def _test_line(t: measure_rate.Result) -> dict[str, Any]:
     """A test as ``next_step`` reads it."""
     return {"test_id": t.test_id, "caption": t.caption, "purpose": t.purpose, "mode": t.mode, "verdict": t.verdict,
             "p_value": t.p_value, "adjusted_p": t.adjusted_p,
-            "rate_ratio": {"low": t.rate_ratio.low} if t.rate_ratio is not None else None}
+            "rate_ratio": {"low": t.rate_ratio.low} if t.rate_ratio is not None else None,
+            "target_label": t.hypothesis.target_label if t.hypothesis is not None else None}
 
 
 def _finding_line(f: record_finding.Result) -> dict[str, Any]:
@@ -107,13 +114,19 @@ def ledger(events: Sequence[Event] | InvestigationView, *, budget: int | None) -
                      proposals=bool(proposed), to_test=[(r.caption, r.k, r.n, r.wrong_label) for r in to_test],
                      effects=view.screen_effects)
     if step and not pending:
-        lines.append(f"Suggested next step (the protocol's; yours to decide): {step}")
+        calls = next_calls(tests, findings, untested, confirmations, left, declared=m,
+                           to_test=[(r.caption, r.k, r.n, r.wrong_label) for r in to_test], step=step)
+        if len(calls) > 1:
+            # Given the first of them in words as well, a small model takes that one and leaves the rest.
+            lines.append("Suggested next calls (the protocol's; yours to decide; independent, so one reply may carry "
+                         "them all): " + json.dumps(calls, ensure_ascii=False))
+        else:
+            lines.append(f"Suggested next step (the protocol's; yours to decide): {step}")
     if not pending:
-        lines.append("Next: one experiment at a time; call the tool and wait for its result (never write a result "
-                     "yourself). Confirm a supported discovery with measure_rate(confirm=true), then record_finding "
-                     "with both test ids. Call finish when nothing worth testing is left, when all confirmation "
-                     "attempts are used, or when the images left cannot pay for a confirmation (at least "
-                     f"{confirmation_cost(confirmations):,} images: its first look"
+        lines.append("Next: call the tools and wait for their results (never write a result yourself); do not repeat "
+                     "a call whose result you have. Call finish when nothing worth testing is left, when all "
+                     "confirmation attempts are used, or when the images left cannot pay for a confirmation (at "
+                     f"least {confirmation_cost(confirmations):,} images: its first look"
                      + (", and the confirmation baseline the first one draws" if not confirmations else "") + ").")
     return "\n".join(lines)
 
@@ -177,3 +190,63 @@ def next_step(tests: Sequence[dict[str, Any]], findings: Sequence[dict[str, Any]
         return (f"screen again for weaker failures: generate_and_classify with proposed=true and effect={weaker[0]:g} "
                 "(earlier images count), or finish if nothing else is worth testing.")
     return "finish with a summary of the recorded findings, if nothing else is worth testing."
+
+
+def _measure(caption: str, label: str | None, *, confirm: bool = False) -> dict[str, Any]:
+    args: dict[str, Any] = {"caption": caption}
+    if label:
+        args["target_label"] = label
+    if confirm:
+        args["confirm"] = True
+    return {"name": "measure_rate", "arguments": args}
+
+
+def next_calls(tests: Sequence[dict[str, Any]], findings: Sequence[dict[str, Any]], untested: Sequence[str],
+               confirmations: int, left: int | None, *, declared: int = MAX_CONFIRMATIONS,
+               to_test: Sequence[tuple[str, int, int, str | None]] = (), step: str = "") -> list[dict[str, Any]]:
+    """The protocol's next step as calls a small model can copy, several at once where they are independent: every
+    confirmed test not yet recorded, every supported discovery not yet confirmed (while attempts and images last),
+    then discovery tests of what the screen singled out, in its order, while the images left still pay for a
+    confirmation after them; at most ``MAX_CALLS``. Empty when the step is not one of those (a screen, the baseline,
+    finish): the words say it."""
+    recorded = {_key(str(f.get("caption", ""))) for f in findings}
+    confirmed = {_key(str(t.get("caption", ""))): t for t in tests
+                 if t.get("purpose") == "confirmation" and t.get("verdict") == "supported"}
+    discovered = [t for t in tests if t.get("purpose") == "discovery" and t.get("mode") != "counterfactual"
+                  and t.get("verdict") == "supported"]
+    calls: list[dict[str, Any]] = []
+    for t in discovered:
+        key = _key(str(t.get("caption", "")))
+        if key in confirmed and key not in recorded and len(calls) < MAX_CALLS:
+            recorded.add(key)
+            calls.append({"name": "record_finding", "arguments": {
+                "caption": t.get("caption"), "discovery_test": t.get("test_id"),
+                "confirmation_test": confirmed[key].get("test_id")}})
+    tested = {_key(str(t.get("caption", ""))) for t in tests if t.get("purpose") == "discovery"}
+    for key, c in confirmed.items():
+        if key not in tested and key not in recorded and len(calls) < MAX_CALLS and (left is None or left >= FIRST_N):
+            calls.append(_measure(str(c.get("caption")), c.get("target_label")))
+    if step.startswith("finish"):
+        return calls
+    room = None if left is None else left
+    attempts = declared - confirmations
+    tried = {_key(str(t.get("caption", ""))) for t in tests if t.get("purpose") == "confirmation"}
+    fresh = sorted((t for t in discovered if _key(str(t.get("caption", ""))) not in tried),
+                   key=lambda t: -((t.get("rate_ratio") or {}).get("low") or 0.0))
+    n_conf = confirmations
+    for t in fresh:
+        cost = confirmation_cost(n_conf)
+        if len(calls) >= MAX_CALLS or attempts <= 0 or (room is not None and room < cost):
+            break
+        calls.append(_measure(str(t.get("caption")), t.get("target_label"), confirm=True))
+        attempts -= 1
+        n_conf += 1
+        room = None if room is None else room - cost
+    for caption, _, _, wrong in to_test:
+        # a discovery's first look, and after it the least a confirmation of it costs
+        need = FIRST_N + confirmation_cost(n_conf)
+        if len(calls) >= MAX_CALLS or attempts <= 0 or (room is not None and room < need):
+            break
+        calls.append(_measure(caption, wrong))
+        room = None if room is None else room - FIRST_N
+    return calls

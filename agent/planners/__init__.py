@@ -141,7 +141,8 @@ PLANNERS: dict[str, PlannerSpec] = {s.name: s for s in (
     PlannerSpec("wiles", "captioning of failures and confirmation only (Wiles et al.'s core loop, no refinement or "
                          "edits)", _wiles),
     PlannerSpec("random", "random caption perturbations on a fixed sample size, same budget, confirmation", _random),
-    PlannerSpec("llm", "a language model through litellm (--llm MODEL)", _llm, offline=False),
+    PlannerSpec("llm", "a language model through litellm (--llm MODEL)", _llm, offline=False,
+                confirmations=confirmations_by_budget),
     *(PlannerSpec(name, text, _adversary(name), adversarial=True) for name, text in _ADVERSARY_HELP.items()),
 )}
 
