@@ -85,6 +85,8 @@ def test_the_ledger_lists_what_was_proposed_and_not_yet_measured(tmp_path):
     # The suggested step screens them all in one call.
     assert (f"screen the {len(captions)} proposed captions not yet screened in one call: generate_and_classify "
             "with proposed=true") in after_proposal
+    assert 'As a call: [{"name": "generate_and_classify", "arguments": {"proposed": true, "effect": 3.0}}]' \
+        in after_proposal
 
 
 def test_the_ledger_shows_the_screen_and_suggests_testing_what_it_singles_out(tmp_path):
@@ -325,6 +327,12 @@ def test_the_suggested_calls_batch_what_is_independent_and_keep_images_for_a_con
     assert len(next_calls([], [], [], 0, 1350, to_test=queue)) == 2  # the first confirmation draws its baseline
     # no attempts left: nothing to test, and a confirmation made before its discovery test gets that test
     assert next_calls([], [], [], 10, 5000, declared=10, to_test=queue) == []
+    # a screen is one call at the pass's effect, with no cap of its own choosing; a weaker pass at the next effect
+    screen = next_calls([], [], ["x"], 0, 5000, step="screen the 1 proposed captions ...", effects=[3.0, 2.0])
+    assert screen == [{"name": "generate_and_classify", "arguments": {"proposed": True, "effect": 2.0}}]
+    weaker = next_calls([], [], [], 0, 5000, step="screen again for weaker failures: ...", effects=[3.0])
+    assert weaker == [{"name": "generate_and_classify", "arguments": {"proposed": True, "effect": 2.0}}]
+    assert next_calls([], [], [], 0, 5000, step="finish with a summary") == []
     early = [t("t1", "a", "confirmation", "supported", label="fox")]
     assert next_calls(early, [], [], 1, 5000, to_test=queue)[0] == {
         "name": "measure_rate", "arguments": {"caption": "a", "target_label": "fox"}}

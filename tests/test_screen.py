@@ -140,3 +140,20 @@ def test_proposed_screens_what_the_tools_proposed_and_not_yet_screened(ctx):
     assert {c.caption for c in again.captions} == set(proposed)
     before = {c.caption: c.n for c in first.captions}
     assert all(c.n >= before[c.caption] for c in again.captions)
+
+
+def test_proposed_takes_up_again_what_a_screen_left_open_at_max_images(ctx):
+    """A screen capped too low leaves captions open; proposed=true goes on with them from where they stopped, and
+    what it decided is not screened again (a small model was seen capping a 138-caption screen at 100 images)."""
+    pert = registry().call("perturb_caption", {"caption": CAT, "types": ["background"], "n": 10}, ctx)
+    proposed = {e.caption for e in [*pert.edits, *pert.refinements]}
+    first = call(ctx, proposed=True, max_images=10).screen
+    assert first.stopped == "max_images" and first.images <= 10
+    open_ = {c.caption: c.n for c in first.captions if c.verdict == "open"}
+    decided = {c.caption for c in first.captions if c.verdict != "open"}
+    assert open_ and set(open_) | decided == proposed
+    second = call(ctx, proposed=True).screen
+    assert second.stopped == "done" and {c.caption for c in second.captions} == set(open_)
+    assert all(c.verdict != "open" and c.n >= open_[c.caption] for c in second.captions)
+    with pytest.raises(ToolError, match="nothing proposed is left to screen at effect 3"):
+        call(ctx, proposed=True)

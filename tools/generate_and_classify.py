@@ -39,7 +39,8 @@ class Args(BaseModel):
         "Earlier images of the same caption count."))
     proposed: bool = Field(False, description=(
         "Also screen every caption caption_failures and perturb_caption proposed so far that no screen at this "
-        "effect has taken yet (up to 200 captions in all; a next call takes the rest)."))
+        "effect has decided yet: new ones, and ones a screen left open when it reached max_images (they go on "
+        "where they stopped); up to 200 captions in all, a next call takes the rest."))
     effect: float = Field(3.0, json_schema_extra={"enum": [3.0, 2.0, 1.5]}, description=(
         "With prompts: the failure worth finding, in times the class's failure rate (3: strong effects, cheap; 2 and "
         "1.5: weaker ones, more images per caption)."))
@@ -186,7 +187,6 @@ def _screen(inv: Investigation, args: Args) -> Result:
             raise ToolError(f"nothing proposed is left to screen at effect {args.effect:g}: call caption_failures or "
                             "perturb_caption first, give prompts, or screen at a smaller effect")
         prompts += more[:max(0, MAX_PROMPTS - len(prompts))]
-    taken.update(normalise_caption(p) for p in prompts)
     t = ladder.target_for(args.effect)
     base = inv.baseline("discovery", t.baseline_n)
     p0 = ladder.class_rate(base.k, base.n)
@@ -221,6 +221,8 @@ def _screen(inv: Investigation, args: Args) -> Result:
         rows.append(Screened(caption=c.caption, k=c.k, n=c.n, plausible=round(ladder.plausibility(c.k, c.n, p0, t), 4),
                              verdict=verdict, wrong_label=wrong, measurement_id=mid))
     rows.sort(key=lambda r: (VERDICT_ORDER[r.verdict], -ladder.score(r.k, r.n, p0), r.caption))
+    # Decided at this effect; one left open (the screen reached max_images first) is proposed again, and goes on.
+    taken.update(normalise_caption(r.caption) for r in rows if r.verdict != "open")
     sc = Screen(effect=args.effect, class_rate=stats.binomial_rate(base.k, base.n), worth=round(t.worth(p0), 4),
                 captions=rows, images=spent, stopped=stopped)
     top = next((r for r in rows if r.measurement_id is not None), None)

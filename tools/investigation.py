@@ -178,7 +178,8 @@ class Investigation:
     proposed: dict[str, str] = field(default_factory=dict)
     """Captions caption_failures and perturb_caption proposed, by normalised caption, in order."""
     screen_taken: dict[float, set[str]] = field(default_factory=dict)
-    """Normalised captions a screen (generate_and_classify with prompts) has taken, by the effect it screened for."""
+    """Normalised captions a screen (generate_and_classify with prompts) has decided, by the effect it screened for
+    (singled out for a test, dropped, or unrendered; not one it left open)."""
     findings: list[Finding] = field(default_factory=list)
     _declared_by_first_attempt: bool = False
 

@@ -91,7 +91,9 @@ def ledger(events: Sequence[Event] | InvestigationView, *, budget: int | None) -
         lines.append("- tests: none yet")
     measured = {_key(str(t.get("caption", ""))) for t in tests}
     screened = view.screened
-    untested = list(dict.fromkeys(c for c in proposed if c and _key(c) not in measured and _key(c) not in screened))
+    # a caption a screen left open (it reached max_images first) is still to screen: proposed=true takes it again
+    decided = {k for k, r in screened.items() if r.verdict != "open"}
+    untested = list(dict.fromkeys(c for c in proposed if c and _key(c) not in measured and _key(c) not in decided))
     to_test = [r for r in screened.values() if r.verdict == "test" and _key(r.caption) not in measured]
     if screened:
         counts = {v: sum(r.verdict == v for r in screened.values()) for v in ("open", "dropped", "unrendered")}
@@ -115,13 +117,16 @@ def ledger(events: Sequence[Event] | InvestigationView, *, budget: int | None) -
                      effects=view.screen_effects)
     if step and not pending:
         calls = next_calls(tests, findings, untested, confirmations, left, declared=m,
-                           to_test=[(r.caption, r.k, r.n, r.wrong_label) for r in to_test], step=step)
+                           to_test=[(r.caption, r.k, r.n, r.wrong_label) for r in to_test], step=step,
+                           effects=view.screen_effects)
         if len(calls) > 1:
             # Given the first of them in words as well, a small model takes that one and leaves the rest.
             lines.append("Suggested next calls (the protocol's; yours to decide; independent, so one reply may carry "
                          "them all): " + json.dumps(calls, ensure_ascii=False))
         else:
             lines.append(f"Suggested next step (the protocol's; yours to decide): {step}")
+            if calls and calls[0]["name"] == "generate_and_classify":
+                lines.append("As a call: " + json.dumps(calls, ensure_ascii=False))
     if not pending:
         lines.append("Next: call the tools and wait for their results (never write a result yourself); do not repeat "
                      "a call whose result you have. Call finish when nothing worth testing is left, when all "
@@ -203,12 +208,14 @@ def _measure(caption: str, label: str | None, *, confirm: bool = False) -> dict[
 
 def next_calls(tests: Sequence[dict[str, Any]], findings: Sequence[dict[str, Any]], untested: Sequence[str],
                confirmations: int, left: int | None, *, declared: int = MAX_CONFIRMATIONS,
-               to_test: Sequence[tuple[str, int, int, str | None]] = (), step: str = "") -> list[dict[str, Any]]:
+               to_test: Sequence[tuple[str, int, int, str | None]] = (), step: str = "",
+               effects: Sequence[float] = ()) -> list[dict[str, Any]]:
     """The protocol's next step as calls a small model can copy, several at once where they are independent: every
     confirmed test not yet recorded, every supported discovery not yet confirmed (while attempts and images last),
     then discovery tests of what the screen singled out, in its order, while the images left still pay for a
-    confirmation after them; at most ``MAX_CALLS``. Empty when the step is not one of those (a screen, the baseline,
-    finish): the words say it."""
+    confirmation after them; at most ``MAX_CALLS``. A screen step is its one call (proposed=true at the pass's
+    effect, with no cap but the tool's own: a small model was seen capping a 138-caption screen at 100 images).
+    Empty when the step is the baseline, perturbations or finish: the words say it."""
     recorded = {_key(str(f.get("caption", ""))) for f in findings}
     confirmed = {_key(str(t.get("caption", ""))): t for t in tests
                  if t.get("purpose") == "confirmation" and t.get("verdict") == "supported"}
@@ -228,6 +235,11 @@ def next_calls(tests: Sequence[dict[str, Any]], findings: Sequence[dict[str, Any
             calls.append(_measure(str(c.get("caption")), c.get("target_label")))
     if step.startswith("finish"):
         return calls
+    if step.startswith("screen the") or step.startswith("screen again"):
+        effect = min(effects) if effects else 3.0
+        if step.startswith("screen again"):
+            effect = next((e for e in (2.0, 1.5) if e < effect), effect)
+        return calls + [{"name": "generate_and_classify", "arguments": {"proposed": True, "effect": effect}}]
     room = None if left is None else left
     attempts = declared - confirmations
     tried = {_key(str(t.get("caption", ""))) for t in tests if t.get("purpose") == "confirmation"}
