@@ -241,6 +241,27 @@ def test_a_reply_that_repeats_the_previous_calls_is_asked_again_once(tmp_path):
     assert [[c.name for c in t.tool_calls] for t in turns] == [["generate_and_classify"]] * 2 + [["finish"]]
 
 
+def test_a_second_repeat_runs_the_ledgers_suggested_calls_instead(tmp_path):
+    """Seen with a 1.5B model: confirmed findings left unrecorded while it re-ran the same calls turn after turn.
+    A second word-for-word repeat is replaced by the ledger's calls, here the record_finding it suggested."""
+    confirm = measure(2, confirm=True)
+    script = [tool_reply(measure(1)), tool_reply(confirm), tool_reply(dict(confirm, id="m3")),
+              tool_reply(dict(confirm, id="m4"))]
+    with StubServer(script, fallback=tool_reply(tool_call("finish", {"summary": "x"}, "f"))) as stub:
+        sess, planner = make(stub, tmp_path)
+        assert sess.run(planner).status == "completed"
+    events = read_transcript(sess.transcript)
+    turns = [e for e in events if isinstance(e, PlannerTurn)]
+    returned = [e for e in events if e.kind == "tool_returned"]
+    assert [r.result["verdict"] for r in returned[:2]] == ["supported", "supported"]
+    assert [[c.name for c in t.tool_calls] for t in turns] == [["measure_rate"], ["measure_rate"], ["record_finding"],
+                                                               ["finish"]]
+    record = turns[2].tool_calls[0].arguments
+    assert (record["discovery_test"], record["confirmation_test"]) == ("t1", "t2") and record["caption"] == SNOW
+    assert "in place of a second repeat" in turns[2].reasoning and turns[2].requests == 2
+    assert [r.name for r in returned if r.ok] == ["measure_rate", "measure_rate", "record_finding", "finish"]
+
+
 def test_a_spent_budget_ends_the_run_cleanly_and_max_turns_ends_it_with_its_own_status(tmp_path):
     look = tool_call("generate_and_classify", {"prompt": CAT, "n": 250}, "g")
     again = tool_call("generate_and_classify", {"prompt": SNOW, "n": 250}, "g2")

@@ -64,7 +64,6 @@ def ledger(events: Sequence[Event] | InvestigationView, *, budget: int | None) -
     m = view.declared_confirmations
     tests = [_test_line(t) for t in view.tests]
     findings = [_finding_line(f) for f in view.recorded]
-    proposed = [p.caption for p in view.proposals]
     used, left = view.images_used, view.images_left
     discovery = [t for t in tests if t.get("purpose") == "discovery"]
     adjusted = stats.adjust_pvalues([float(t.get("p_value", 1.0)) for t in discovery], method="holm") \
@@ -89,12 +88,8 @@ def ledger(events: Sequence[Event] | InvestigationView, *, budget: int | None) -
                          f"adjusted p {_p(p)}")
     else:
         lines.append("- tests: none yet")
-    measured = {_key(str(t.get("caption", ""))) for t in tests}
     screened = view.screened
-    # a caption a screen left open (it reached max_images first) is still to screen: proposed=true takes it again
-    decided = {k for k, r in screened.items() if r.verdict != "open"}
-    untested = list(dict.fromkeys(c for c in proposed if c and _key(c) not in measured and _key(c) not in decided))
-    to_test = [r for r in screened.values() if r.verdict == "test" and _key(r.caption) not in measured]
+    untested, to_test = _open(view, tests)
     if screened:
         counts = {v: sum(r.verdict == v for r in screened.values()) for v in ("open", "dropped", "unrendered")}
         lines.append(f"- screened ({len(screened)} captions, latest at {view.screen_effects[-1]:g}x): "
@@ -112,13 +107,8 @@ def ledger(events: Sequence[Event] | InvestigationView, *, budget: int | None) -
     else:
         lines.append("- recorded findings: none")
     pending = view.finish_called
-    step = next_step(tests, findings, untested, confirmations, left, declared=m, saw_baseline=bool(view.calls),
-                     proposals=bool(proposed), to_test=[(r.caption, r.k, r.n, r.wrong_label) for r in to_test],
-                     effects=view.screen_effects)
+    step, calls = _suggest(view, tests, findings, untested, to_test)
     if step and not pending:
-        calls = next_calls(tests, findings, untested, confirmations, left, declared=m,
-                           to_test=[(r.caption, r.k, r.n, r.wrong_label) for r in to_test], step=step,
-                           effects=view.screen_effects)
         if len(calls) > 1:
             # Given the first of them in words as well, a small model takes that one and leaves the rest.
             lines.append("Suggested next calls (the protocol's; yours to decide; independent, so one reply may carry "
@@ -134,6 +124,37 @@ def ledger(events: Sequence[Event] | InvestigationView, *, budget: int | None) -
                      f"least {confirmation_cost(confirmations):,} images: its first look"
                      + (", and the confirmation baseline the first one draws" if not confirmations else "") + ").")
     return "\n".join(lines)
+
+
+def _suggest(view: InvestigationView, tests: Sequence[dict[str, Any]], findings: Sequence[dict[str, Any]],
+             untested: Sequence[str], to_test: Sequence[Any]) -> tuple[str, list[dict[str, Any]]]:
+    m = view.declared_confirmations
+    confirmations = sum(1 for t in tests if t.get("purpose") == "confirmation")
+    rows = [(r.caption, r.k, r.n, r.wrong_label) for r in to_test]
+    step = next_step(tests, findings, untested, confirmations, view.images_left, declared=m,
+                     saw_baseline=bool(view.calls), proposals=bool(view.proposals), to_test=rows,
+                     effects=view.screen_effects)
+    calls = next_calls(tests, findings, untested, confirmations, view.images_left, declared=m, to_test=rows,
+                       step=step, effects=view.screen_effects) if step else []
+    return step, calls
+
+
+def suggestion(events: Sequence[Event] | InvestigationView) -> tuple[str, list[dict[str, Any]]]:
+    """The protocol's next step for an investigation, in words and as calls to copy (as the ledger shows them)."""
+    view = events if isinstance(events, InvestigationView) else InvestigationView.from_events(events)
+    tests = [_test_line(t) for t in view.tests]
+    return _suggest(view, tests, [_finding_line(f) for f in view.recorded], *_open(view, tests))
+
+
+def _open(view: InvestigationView, tests: Sequence[dict[str, Any]]) -> tuple[list[str], list[Any]]:
+    """The proposed captions neither screened to a verdict nor measured (a caption a screen left open at its
+    max_images is still to screen: proposed=true takes it again), and the screened captions to test."""
+    measured = {_key(str(t.get("caption", ""))) for t in tests}
+    decided = {k for k, r in view.screened.items() if r.verdict != "open"}
+    untested = list(dict.fromkeys(p.caption for p in view.proposals
+                                  if p.caption and _key(p.caption) not in measured and _key(p.caption) not in decided))
+    to_test = [r for r in view.screened.values() if r.verdict == "test" and _key(r.caption) not in measured]
+    return untested, to_test
 
 
 def confirmation_cost(attempts: int) -> int:

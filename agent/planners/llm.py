@@ -25,7 +25,7 @@ from sleuth.agent.errors import PlannerError
 from sleuth.agent.events import Event, PlannerTurn, ToolCall, ToolReturned, Usage, UserMessage
 from sleuth.agent.llm.client import ContextTooLong, LLMClient, LLMError, LLMReply
 from sleuth.agent.llm.context import ContextConfig, build_messages, estimate_tokens
-from sleuth.agent.llm.ledger import MAX_CALLS, ledger
+from sleuth.agent.llm.ledger import MAX_CALLS, ledger, suggestion
 from sleuth.agent.llm.summaries import expand_refs
 from sleuth.agent.llm.toolcalls import extract_tool_calls
 from sleuth.agent.runner import Turn
@@ -340,6 +340,26 @@ class LLMPlanner:
         before = {_signature(c) for c in own[0][0].tool_calls if c.id in ran}
         return all(_signature(c) in before and c.name != "finish" for c in calls)
 
+    def _instead(self, calls: list[ToolCall], events: Sequence[Event], text: str) -> tuple[list[ToolCall], str]:
+        """What runs in place of a second word-for-word repeat: the ledger's suggested calls, or finish when the
+        protocol's next step is to finish; the repeat itself when the ledger has nothing else to suggest."""
+        step, suggested = suggestion(events)
+        if not suggested and step.startswith("finish"):
+            suggested = [{"name": "finish", "arguments": {
+                "summary": "Ended by sleuth: the planner repeated calls whose results it had, after it was asked not "
+                           "to, and the protocol's next step was to finish. The recorded findings stand as listed."}}]
+        mine = {_signature(c) for c in calls}
+        known = [r for e in events if isinstance(e, ToolReturned) for r in e.artifacts]
+        instead = [ToolCall(id=f"ledger_{len(events)}_{i}", name=c["name"],
+                            arguments=parse_arguments(json.dumps(c["arguments"]), known))
+                   for i, c in enumerate(suggested)]
+        if not instead or {_signature(c) for c in instead} <= mine:
+            return calls, text
+        names = ", ".join(c.name for c in instead)
+        return instead, (text + "\n" if text else "") + (
+            f"[sleuth ran the ledger's suggested calls ({names}) in place of a second repeat of the previous "
+            "turn's calls]")
+
     def next_turn(self, events: Sequence[Event]) -> Turn:
         self._check_failures(events)
         t0 = time.perf_counter()
@@ -355,6 +375,11 @@ class LLMPlanner:
             cost = None if cost is None and more_cost is None else (cost or 0.0) + (more_cost or 0.0)
             requests += more_requests
             calls, text = self._read(again, events)
+            if self._repeats(calls, events):
+                # Seen: a second repeat after the note, then the same two turns again until the budget ran out, with
+                # four confirmed findings unrecorded. A third look at the same calls is not run: the protocol's next
+                # calls (the ledger's suggestion) run in its place, and the turn says so.
+                calls, text = self._instead(calls, events, text)
         latency = round(time.perf_counter() - t0, 3)
         final: str | None = None
         if not calls:
