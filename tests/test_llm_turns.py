@@ -262,6 +262,25 @@ def test_a_second_repeat_runs_the_ledgers_suggested_calls_instead(tmp_path):
     assert [r.name for r in returned if r.ok] == ["measure_rate", "measure_rate", "record_finding", "finish"]
 
 
+def test_before_failed_turns_end_the_run_the_ledgers_suggested_calls_run_in_the_models_place(tmp_path):
+    """Seen with a 1.5B model: record_finding with captions and ids of its own, twice, then the run ended as an error
+    with confirmed findings unrecorded. The turn that could end the run runs the ledger's calls instead."""
+    wrong = tool_call("record_finding", {"caption": SNOW, "discovery_test": "t2", "confirmation_test": "t1"}, "r")
+    script = [tool_reply(measure(1)), tool_reply(measure(2, confirm=True)), tool_reply(wrong),
+              tool_reply(dict(wrong, id="r2"))]
+    with StubServer(script, fallback=tool_reply(tool_call("finish", {"summary": "x"}, "f"))) as stub:
+        sess, planner = make(stub, tmp_path)
+        assert sess.run(planner).status == "completed"
+    events = read_transcript(sess.transcript)
+    turns = [e for e in events if isinstance(e, PlannerTurn)]
+    assert [[c.name for c in t.tool_calls] for t in turns] == [["measure_rate"]] * 2 + [["record_finding"]] * 3 + [
+        ["finish"]]
+    assert [r.ok for r in events if r.kind == "tool_returned"] == [True, True, False, False, True, True]
+    assert turns[4].requests == 0 and "its last 2 turns had only failed tool calls" in turns[4].reasoning
+    assert turns[4].tool_calls[0].arguments == {"caption": SNOW, "discovery_test": "t1", "confirmation_test": "t2"}
+    assert len(stub.requests) == 5  # the model is not asked for the turn sleuth made, and has the next one
+
+
 def test_a_spent_budget_ends_the_run_cleanly_and_max_turns_ends_it_with_its_own_status(tmp_path):
     look = tool_call("generate_and_classify", {"prompt": CAT, "n": 250}, "g")
     again = tool_call("generate_and_classify", {"prompt": SNOW, "n": 250}, "g2")

@@ -4,8 +4,10 @@ Each turn the transcript's events become chat messages (see ``agent.llm.context`
 reasoning and tool calls, and the calls go back to the loop as they are. Problems are handled where they belong:
 
 - invalid JSON arguments and unknown tools are passed on unchanged; the loop's registry turns them into tool
-  errors the model reads on its next turn. Turns whose every call fails are counted: after ``max_failed_turns`` in a
-  row the planner gives up (``PlannerError``), so a confused model cannot burn the budget on errors;
+  errors the model reads on its next turn. Turns whose every call fails are counted: in an investigation, the turn
+  before the last the count allows runs the ledger's suggested calls in the model's place (when it has some); after
+  ``max_failed_turns`` in a row the planner gives up (``PlannerError``), so a confused model cannot burn the budget
+  on errors;
 - an empty reply (no text, no call) is asked again within the turn, at most ``max_empty_retries`` times;
 - rate limits and timeouts are retried by the client with backoff; a request too long for the model's context is
   rebuilt with a smaller budget;
@@ -214,7 +216,8 @@ class LLMPlanner:
                 results = []
         return out
 
-    def _check_failures(self, events: Sequence[Event]) -> None:
+    def _check_failures(self, events: Sequence[Event]) -> int:
+        """The turns in a row, the latest first, whose every call failed; too many end the run (PlannerError)."""
         streak = 0
         last_error = ""
         for turn, results in self._own_turns(events):
@@ -225,6 +228,7 @@ class LLMPlanner:
         if streak >= self.max_failed_turns:
             raise PlannerError(f"{self.model}: the last {streak} turns had only failed tool calls; the last error: "
                                f"{last_error[:300]}")
+        return streak
 
     def _text_streak(self, events: Sequence[Event]) -> int:
         streak = 0
@@ -340,20 +344,23 @@ class LLMPlanner:
         before = {_signature(c) for c in own[0][0].tool_calls if c.id in ran}
         return all(_signature(c) in before and c.name != "finish" for c in calls)
 
-    def _instead(self, calls: list[ToolCall], events: Sequence[Event], text: str) -> tuple[list[ToolCall], str]:
-        """What runs in place of a second word-for-word repeat: the ledger's suggested calls, or finish when the
-        protocol's next step is to finish; the repeat itself when the ledger has nothing else to suggest."""
+    def _suggested(self, events: Sequence[Event]) -> list[ToolCall]:
+        """The ledger's suggested calls (the protocol's next step), or finish when that step is to finish."""
         step, suggested = suggestion(events)
         if not suggested and step.startswith("finish"):
             suggested = [{"name": "finish", "arguments": {
-                "summary": "Ended by sleuth: the planner repeated calls whose results it had, after it was asked not "
-                           "to, and the protocol's next step was to finish. The recorded findings stand as listed."}}]
-        mine = {_signature(c) for c in calls}
+                "summary": "Ended by sleuth in the planner's place, as the protocol's next step was to finish. The "
+                           "recorded findings stand as listed."}}]
         known = [r for e in events if isinstance(e, ToolReturned) for r in e.artifacts]
-        instead = [ToolCall(id=f"ledger_{len(events)}_{i}", name=c["name"],
-                            arguments=parse_arguments(json.dumps(c["arguments"]), known))
-                   for i, c in enumerate(suggested)]
-        if not instead or {_signature(c) for c in instead} <= mine:
+        return [ToolCall(id=f"ledger_{len(events)}_{i}", name=c["name"],
+                         arguments=parse_arguments(json.dumps(c["arguments"]), known))
+                for i, c in enumerate(suggested)]
+
+    def _instead(self, calls: list[ToolCall], events: Sequence[Event], text: str) -> tuple[list[ToolCall], str]:
+        """What runs in place of a second word-for-word repeat: the ledger's suggested calls (or finish); the
+        repeat itself when the ledger has nothing else to suggest."""
+        instead = self._suggested(events)
+        if not instead or {_signature(c) for c in instead} <= {_signature(c) for c in calls}:
             return calls, text
         names = ", ".join(c.name for c in instead)
         return instead, (text + "\n" if text else "") + (
@@ -361,8 +368,20 @@ class LLMPlanner:
             "turn's calls]")
 
     def next_turn(self, events: Sequence[Event]) -> Turn:
-        self._check_failures(events)
+        streak = self._check_failures(events)
         t0 = time.perf_counter()
+        if self.mode == "investigate" and 0 < streak == self.max_failed_turns - 1:
+            # Seen: a 1.5B model wrote record_finding with captions and test ids of its own (the screen's next
+            # captions, ids of confirmations), read the errors, and wrote the same again until the run ended as an
+            # error with four confirmed findings unrecorded. Before the turn that would end the run, the ledger's
+            # suggested calls run in the model's place, if it has any; the model has the turn after.
+            instead = self._suggested(events)
+            if instead:
+                names = ", ".join(c.name for c in instead)
+                return Turn(reasoning=f"[sleuth ran the ledger's suggested calls ({names}) in the planner's place: "
+                                      f"its last {streak} turns had only failed tool calls]",
+                            tool_calls=instead, model=self.model, usage=Usage(prompt_tokens=0, completion_tokens=0),
+                            latency_s=round(time.perf_counter() - t0, 3), requests=0)
         reply, usage, cost, requests = self._ask(events)
         calls, text = self._read(reply, events)
         if self._repeats(calls, events):
