@@ -378,6 +378,39 @@ def test_the_suggested_calls_batch_what_is_independent_and_keep_images_for_a_con
         "name": "measure_rate", "arguments": {"caption": "a", "target_label": "fox"}}
 
 
+def test_suggested_tests_carry_the_screening_pass_sizes_and_confirmations_the_first_attempts(tmp_path):
+    """Tests at the sizes of the screen's pass (30 images first, against 300 baseline images at 3x) reach more of
+    what a screen singles out than measure_rate's defaults (100 against 1,000); confirmations keep the sizes the
+    first attempt fixed for them."""
+    from sleuth.agent.llm.ledger import confirmation_sizes, next_calls, pass_sizes
+    from sleuth.agent.view import InvestigationView
+
+    strong = {"first_n": 30, "max_n": 300, "baseline_n": 300, "spending": "pocock"}
+    assert pass_sizes(3.0) == strong and pass_sizes(2.0)["first_n"] == 50 and pass_sizes(1.5)["max_n"] == 2000
+    tests = [_t("t1", "x", "discovery", "supported")]
+    queue = [("y", 3, 3, "fox"), ("z", 3, 3, "fox")]
+    calls = next_calls(tests, [], [], 0, 400, to_test=queue, test_sizes=strong, confirm_sizes=strong,
+                       confirm_baseline=300)
+    # the first confirmation costs 30 + its 300 baseline images; one test (30) still leaves a confirmation (30)
+    assert calls == [{"name": "measure_rate", "arguments": {"caption": "x", "confirm": True, **strong}},
+                     {"name": "measure_rate", "arguments": {"caption": "y", "target_label": "fox", **strong}}]
+    assert next_calls(tests, [], [], 0, 400, to_test=queue) == []  # at the defaults a confirmation needs 1,100
+    # before any confirmation the 3x pass's sizes; after one, the sizes it ran with (defaults for those not given)
+    own = {"first_n": 50, "max_n": 400, "baseline_n": 200}
+    script = [tool_reply(measure(1)), tool_reply(measure(2, confirm=True, **own))]
+    with StubServer(script, fallback=tool_reply(tool_call("finish", {"summary": "x"}, "f"))) as stub:
+        sess, planner = make(stub, tmp_path)
+        sess.run(planner)
+    events = read_transcript(sess.transcript)
+    first = [e for e in events if e.kind == "tool_returned"][0].seq
+    assert confirmation_sizes(InvestigationView.from_events([e for e in events if e.seq <= first])) == strong
+    assert confirmation_sizes(InvestigationView.from_events(events)) == {**own, "spending": "obrien-fleming"}
+    # the ledger shows a single suggested call as a call to copy, with its sizes
+    assert 'As a call: [{"name": "measure_rate"' in stub.requests[1].messages[-1]["content"]
+    assert '"confirm": true, "first_n": 30, "max_n": 300, "baseline_n": 300, "spending": "pocock"}' in \
+        stub.requests[1].messages[-1]["content"]
+
+
 def test_forced_call_schema_bounds_every_free_string() -> None:
     """In forced-call mode the grammar must let a small model close every string: a finish summary without a bound
     ran past 950 tokens on a real model."""

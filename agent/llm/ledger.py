@@ -16,7 +16,7 @@ from typing import Any
 from sleuth.agent.events import Event
 from sleuth.agent.llm import summaries as S
 from sleuth.agent.view import InvestigationView, caption_key
-from sleuth.tools import measure_rate, record_finding, stats
+from sleuth.tools import ladder, measure_rate, record_finding, stats
 from sleuth.tools.defaults import BASELINE_N, FIRST_N, MAX_CONFIRMATIONS
 
 MAX_ROWS = 12
@@ -107,7 +107,7 @@ def ledger(events: Sequence[Event] | InvestigationView, *, budget: int | None) -
     else:
         lines.append("- recorded findings: none")
     pending = view.finish_called
-    step, calls = _suggest(view, tests, findings, untested, to_test)
+    step, calls, cost = _suggest(view, tests, findings, untested, to_test)
     if step and not pending:
         if len(calls) > 1:
             # Given the first of them in words as well, a small model takes that one and leaves the rest.
@@ -115,35 +115,41 @@ def ledger(events: Sequence[Event] | InvestigationView, *, budget: int | None) -
                          "them all): " + json.dumps(calls, ensure_ascii=False))
         else:
             lines.append(f"Suggested next step (the protocol's; yours to decide): {step}")
-            if calls and calls[0]["name"] == "generate_and_classify":
+            if calls and calls[0]["name"] in ("generate_and_classify", "measure_rate"):
                 lines.append("As a call: " + json.dumps(calls, ensure_ascii=False))
     if not pending:
         lines.append("Next: call the tools and wait for their results (never write a result yourself); do not repeat "
                      "a call whose result you have. Call finish when nothing worth testing is left, when all "
                      "confirmation attempts are used, or when the images left cannot pay for a confirmation (at "
-                     f"least {confirmation_cost(confirmations):,} images: its first look"
+                     f"least {cost:,} images: its first look"
                      + (", and the confirmation baseline the first one draws" if not confirmations else "") + ").")
     return "\n".join(lines)
 
 
 def _suggest(view: InvestigationView, tests: Sequence[dict[str, Any]], findings: Sequence[dict[str, Any]],
-             untested: Sequence[str], to_test: Sequence[Any]) -> tuple[str, list[dict[str, Any]]]:
+             untested: Sequence[str], to_test: Sequence[Any]) -> tuple[str, list[dict[str, Any]], int]:
+    """The protocol's next step in words, as calls, and the least a confirmation costs now."""
     m = view.declared_confirmations
     confirmations = sum(1 for t in tests if t.get("purpose") == "confirmation")
     rows = [(r.caption, r.k, r.n, r.wrong_label) for r in to_test]
+    sizes = confirmation_sizes(view)
+    tests_at = pass_sizes(min(view.screen_effects) if view.screen_effects else 3.0)
+    cost = confirmation_cost(confirmations, first_n=sizes["first_n"], baseline_n=sizes["baseline_n"])
     step = next_step(tests, findings, untested, confirmations, view.images_left, declared=m,
                      saw_baseline=bool(view.calls), proposals=bool(view.proposals), to_test=rows,
-                     effects=view.screen_effects)
+                     effects=view.screen_effects, cost=cost, test_first=tests_at["first_n"])
     calls = next_calls(tests, findings, untested, confirmations, view.images_left, declared=m, to_test=rows,
-                       step=step, effects=view.screen_effects) if step else []
-    return step, calls
+                       step=step, effects=view.screen_effects, test_sizes=tests_at, confirm_sizes=sizes,
+                       confirm_baseline=sizes["baseline_n"]) if step else []
+    return step, calls, cost
 
 
 def suggestion(events: Sequence[Event] | InvestigationView) -> tuple[str, list[dict[str, Any]]]:
     """The protocol's next step for an investigation, in words and as calls to copy (as the ledger shows them)."""
     view = events if isinstance(events, InvestigationView) else InvestigationView.from_events(events)
     tests = [_test_line(t) for t in view.tests]
-    return _suggest(view, tests, [_finding_line(f) for f in view.recorded], *_open(view, tests))
+    step, calls, _ = _suggest(view, tests, [_finding_line(f) for f in view.recorded], *_open(view, tests))
+    return step, calls
 
 
 def _open(view: InvestigationView, tests: Sequence[dict[str, Any]]) -> tuple[list[str], list[Any]]:
@@ -157,19 +163,20 @@ def _open(view: InvestigationView, tests: Sequence[dict[str, Any]]) -> tuple[lis
     return untested, to_test
 
 
-def confirmation_cost(attempts: int) -> int:
-    """The least a confirmation costs with measure_rate's defaults: its first look, and the confirmation baseline
-    that the first attempt draws."""
-    return FIRST_N + (BASELINE_N if attempts == 0 else 0)
+def confirmation_cost(attempts: int, *, first_n: int = FIRST_N, baseline_n: int | None = None) -> int:
+    """The least a confirmation costs: its first look, and the confirmation baseline that the first attempt draws
+    (measure_rate's defaults unless told)."""
+    return first_n + ((BASELINE_N if baseline_n is None else baseline_n) if attempts == 0 else 0)
 
 
 def next_step(tests: Sequence[dict[str, Any]], findings: Sequence[dict[str, Any]], untested: Sequence[str],
               confirmations: int, left: int | None, *, saw_baseline: bool, proposals: bool,
               declared: int = MAX_CONFIRMATIONS, to_test: Sequence[tuple[str, int, int, str | None]] = (),
-              effects: Sequence[float] = ()) -> str:
+              effects: Sequence[float] = (), cost: int | None = None, test_first: int = FIRST_N) -> str:
     """What the protocol would do next, in words with the ids to use: record a confirmed test, confirm a supported
     discovery, test what a screen singled out, screen what was proposed, screen again for weaker effects, or ask for
-    proposals. A small model follows the ids it is given."""
+    proposals. A small model follows the ids it is given. ``cost``: the least a confirmation costs now (default:
+    with measure_rate's default sizes); ``test_first``: a test's first look."""
     recorded = {_key(str(f.get("caption", ""))) for f in findings}
     confirmed = {_key(str(t.get("caption", ""))): t for t in tests
                  if t.get("purpose") == "confirmation" and t.get("verdict") == "supported"}
@@ -183,14 +190,14 @@ def next_step(tests: Sequence[dict[str, Any]], findings: Sequence[dict[str, Any]
                     f"{t.get('test_id')!r}, confirmation_test {c.get('test_id')!r} and a one-sentence summary.")
     tested = {_key(str(t.get("caption", ""))) for t in tests if t.get("purpose") == "discovery"}
     orphans = [c for key, c in confirmed.items() if key not in tested and key not in recorded]
-    if orphans and (left is None or left >= FIRST_N):
+    if orphans and (left is None or left >= test_first):
         c = orphans[0]
         return (f"measure_rate with caption {S.quote(str(c.get('caption')))} and confirm=false: it was confirmed "
                 f"({c.get('test_id')}) without a discovery test, which record_finding also needs.")
     if confirmations >= declared:
         return (f"finish: all {declared} confirmation attempts are used, so nothing more can be confirmed; "
                 "summarise the recorded findings.")
-    cost = confirmation_cost(confirmations)
+    cost = confirmation_cost(confirmations) if cost is None else cost
     if left is not None and left < cost:
         return (f"finish: {left:,} images are left, too few for a confirmation (at least {cost:,}); summarise the "
                 "recorded findings.")
@@ -218,25 +225,60 @@ def next_step(tests: Sequence[dict[str, Any]], findings: Sequence[dict[str, Any]
     return "finish with a summary of the recorded findings, if nothing else is worth testing."
 
 
-def _measure(caption: str, label: str | None, *, confirm: bool = False) -> dict[str, Any]:
+SIZES = ("first_n", "max_n", "baseline_n", "spending")
+"""The arguments of a suggested test that say its sizes."""
+
+
+def pass_sizes(effect: float) -> dict[str, Any]:
+    """The sizes of the protocol planner's tests in the screening pass at ``effect`` (tools/ladder.py): a discovery
+    test the screen singled out at 3x starts at 30 images against a baseline of 300, where measure_rate's defaults
+    are 100 against 1,000. With the defaults, the two baselines took a third of a 6,000-image budget and each test
+    100 images, and a 1.5B model reached 15 of the 38 captions a screen singled out."""
+    t = min(ladder.PASSES, key=lambda p: abs(p.ratio - effect))
+    return {"first_n": t.first_n, "max_n": t.test_n, "baseline_n": t.baseline_n, "spending": t.spending}
+
+
+def confirmation_sizes(view: InvestigationView) -> dict[str, Any]:
+    """The sizes a confirmation must use: without declared designs the first attempt's serve every attempt, so the
+    first confirmation that ran fixes them; before any, the 3x pass's (the first attempt declares them)."""
+    for r in view.returned:
+        if r.event.name == "measure_rate" and r.arguments.get("confirm") is True and r.event.ok:
+            given = {k: r.arguments[k] for k in SIZES if k in r.arguments}
+            fields = measure_rate.Args.model_fields
+            return {k: given.get(k, fields[k].default) for k in SIZES}
+    return pass_sizes(3.0)
+
+
+def _measure(caption: str, label: str | None, sizes: dict[str, Any] | None = None, *,
+             confirm: bool = False) -> dict[str, Any]:
     args: dict[str, Any] = {"caption": caption}
     if label:
         args["target_label"] = label
     if confirm:
         args["confirm"] = True
-    return {"name": "measure_rate", "arguments": args}
+    return {"name": "measure_rate", "arguments": {**args, **(sizes or {})}}
 
 
 def next_calls(tests: Sequence[dict[str, Any]], findings: Sequence[dict[str, Any]], untested: Sequence[str],
                confirmations: int, left: int | None, *, declared: int = MAX_CONFIRMATIONS,
                to_test: Sequence[tuple[str, int, int, str | None]] = (), step: str = "",
-               effects: Sequence[float] = ()) -> list[dict[str, Any]]:
+               effects: Sequence[float] = (), test_sizes: dict[str, Any] | None = None,
+               confirm_sizes: dict[str, Any] | None = None, confirm_baseline: int | None = None
+               ) -> list[dict[str, Any]]:
     """The protocol's next step as calls a small model can copy, several at once where they are independent: every
     confirmed test not yet recorded, every supported discovery not yet confirmed (while attempts and images last),
     then discovery tests of what the screen singled out, in its order, while the images left still pay for a
     confirmation after them; at most ``MAX_CALLS``. A screen step is its one call (proposed=true at the pass's
     effect, with no cap but the tool's own: a small model was seen capping a 138-caption screen at 100 images).
-    Empty when the step is the baseline, perturbations or finish: the words say it."""
+    Empty when the step is the baseline, perturbations or finish: the words say it. Tests carry ``test_sizes`` and
+    confirmations ``confirm_sizes`` (none: measure_rate's defaults); ``confirm_baseline`` is what the first
+    confirmation draws."""
+    test_first = (test_sizes or {}).get("first_n", FIRST_N)
+    conf_first = (confirm_sizes or {}).get("first_n", FIRST_N)
+
+    def cost(attempts: int) -> int:
+        return confirmation_cost(attempts, first_n=conf_first, baseline_n=confirm_baseline)
+
     recorded = {_key(str(f.get("caption", ""))) for f in findings}
     confirmed = {_key(str(t.get("caption", ""))): t for t in tests
                  if t.get("purpose") == "confirmation" and t.get("verdict") == "supported"}
@@ -252,8 +294,9 @@ def next_calls(tests: Sequence[dict[str, Any]], findings: Sequence[dict[str, Any
                 "confirmation_test": confirmed[key].get("test_id")}})
     tested = {_key(str(t.get("caption", ""))) for t in tests if t.get("purpose") == "discovery"}
     for key, c in confirmed.items():
-        if key not in tested and key not in recorded and len(calls) < MAX_CALLS and (left is None or left >= FIRST_N):
-            calls.append(_measure(str(c.get("caption")), c.get("target_label")))
+        if key not in tested and key not in recorded and len(calls) < MAX_CALLS and \
+                (left is None or left >= test_first):
+            calls.append(_measure(str(c.get("caption")), c.get("target_label"), test_sizes))
     if step.startswith("finish"):
         return calls
     if step.startswith("screen the") or step.startswith("screen again"):
@@ -268,18 +311,17 @@ def next_calls(tests: Sequence[dict[str, Any]], findings: Sequence[dict[str, Any
                    key=lambda t: -((t.get("rate_ratio") or {}).get("low") or 0.0))
     n_conf = confirmations
     for t in fresh:
-        cost = confirmation_cost(n_conf)
-        if len(calls) >= MAX_CALLS or attempts <= 0 or (room is not None and room < cost):
+        if len(calls) >= MAX_CALLS or attempts <= 0 or (room is not None and room < cost(n_conf)):
             break
-        calls.append(_measure(str(t.get("caption")), t.get("target_label"), confirm=True))
+        calls.append(_measure(str(t.get("caption")), t.get("target_label"), confirm_sizes, confirm=True))
         attempts -= 1
+        room = None if room is None else room - cost(n_conf)
         n_conf += 1
-        room = None if room is None else room - cost
     for caption, _, _, wrong in to_test:
         # a discovery's first look, and after it the least a confirmation of it costs
-        need = FIRST_N + confirmation_cost(n_conf)
+        need = test_first + cost(n_conf)
         if len(calls) >= MAX_CALLS or attempts <= 0 or (room is not None and room < need):
             break
-        calls.append(_measure(caption, wrong))
-        room = None if room is None else room - FIRST_N
+        calls.append(_measure(caption, wrong, test_sizes))
+        room = None if room is None else room - test_first
     return calls

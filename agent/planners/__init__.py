@@ -61,6 +61,14 @@ def confirmations_by_budget(budget: int) -> int:
     return max(MAX_CONFIRMATIONS, min(80, budget // 250))
 
 
+def llm_confirmations(budget: int) -> int:
+    """The LLM planner's: one confirmation attempt per 125 images, from MAX_CONFIRMATIONS to 80. Its ledger suggests
+    confirming every supported discovery in the screen's order, so attempts, not images, ran out first: copying the
+    ledger at 24 attempts (one per 250 images) ended the crayfish's 6,000 images at 2,854, its planted bug untested
+    (scripts/ledger_ceiling.py)."""
+    return confirmations_by_budget(2 * budget)
+
+
 def _protocol(c: PlannerConfig, p: PlanFor) -> Planner:
     from sleuth.agent.planners.protocol import ProtocolPlanner
 
@@ -142,7 +150,7 @@ PLANNERS: dict[str, PlannerSpec] = {s.name: s for s in (
                          "edits)", _wiles),
     PlannerSpec("random", "random caption perturbations on a fixed sample size, same budget, confirmation", _random),
     PlannerSpec("llm", "a language model through litellm (--llm MODEL)", _llm, offline=False,
-                confirmations=confirmations_by_budget),
+                confirmations=llm_confirmations),
     *(PlannerSpec(name, text, _adversary(name), adversarial=True) for name, text in _ADVERSARY_HELP.items()),
 )}
 
