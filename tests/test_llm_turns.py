@@ -206,7 +206,7 @@ def test_forced_call_mode_sends_a_grammar_instead_of_tools_and_reads_the_calls(t
     schema = body["response_format"]["json_schema"]["schema"]
     assert schema["required"] == ["calls", "note"] and list(schema["properties"]) == ["calls", "note"]
     calls = schema["properties"]["calls"]
-    assert (calls["minItems"], calls["maxItems"]) == (1, 4)
+    assert (calls["minItems"], calls["maxItems"]) == (1, 8)
     names = [o["properties"]["name"]["const"] for o in calls["items"]["oneOf"]]
     assert set(names) == set(registry().names()) and schema["properties"]["note"]["maxLength"] == 160
     # The tools are described in the system prompt instead, their arguments without the schema's descriptions (the
@@ -263,9 +263,9 @@ def test_a_second_repeat_runs_the_ledgers_suggested_calls_instead(tmp_path):
 
 
 def test_before_failed_turns_end_the_run_the_ledgers_suggested_calls_run_in_the_models_place(tmp_path):
-    """Seen with a 1.5B model: record_finding with captions and ids of its own, twice, then the run ended as an error
-    with confirmed findings unrecorded. The turn that could end the run runs the ledger's calls instead."""
-    wrong = tool_call("record_finding", {"caption": SNOW, "discovery_test": "t2", "confirmation_test": "t1"}, "r")
+    """Seen with a 1.5B model: calls that failed twice running, then the run ended as an error with confirmed
+    findings unrecorded. The turn that could end the run runs the ledger's calls instead."""
+    wrong = measure(9, caption=SNOW + " it is small.", max_n=5)  # max_n below the tool's least: a ToolError
     script = [tool_reply(measure(1)), tool_reply(measure(2, confirm=True)), tool_reply(wrong),
               tool_reply(dict(wrong, id="r2"))]
     with StubServer(script, fallback=tool_reply(tool_call("finish", {"summary": "x"}, "f"))) as stub:
@@ -273,12 +273,48 @@ def test_before_failed_turns_end_the_run_the_ledgers_suggested_calls_run_in_the_
         assert sess.run(planner).status == "completed"
     events = read_transcript(sess.transcript)
     turns = [e for e in events if isinstance(e, PlannerTurn)]
-    assert [[c.name for c in t.tool_calls] for t in turns] == [["measure_rate"]] * 2 + [["record_finding"]] * 3 + [
+    assert [[c.name for c in t.tool_calls] for t in turns] == [["measure_rate"]] * 4 + [["record_finding"]] + [
         ["finish"]]
     assert [r.ok for r in events if r.kind == "tool_returned"] == [True, True, False, False, True, True]
     assert turns[4].requests == 0 and "its last 2 turns had only failed tool calls" in turns[4].reasoning
     assert turns[4].tool_calls[0].arguments == {"caption": SNOW, "discovery_test": "t1", "confirmation_test": "t2"}
     assert len(stub.requests) == 5  # the model is not asked for the turn sleuth made, and has the next one
+
+
+def test_calls_that_repeat_the_last_turns_or_reconfirm_are_not_run_and_record_finding_gets_the_ledgers_ids(
+        tmp_path):
+    """Seen with a 1.5B model, seven turns running: the same look, a new confirmation of a caption already confirmed
+    and a record_finding with ids that were not the caption's tests, beside calls that changed. Call by call, the
+    repeat and the re-confirmation are not run and the record_finding gets the ledger's pair; a reply with nothing
+    left runs the ledger's calls."""
+    look = tool_call("generate_and_classify", {"prompt": SNOW, "n": 20}, "g")
+    wrong = tool_call("record_finding", {"caption": SNOW, "discovery_test": "t3", "confirmation_test": "t9",
+                                         "summary": "cats in snow fail"}, "r")
+    first = [tool_reply(measure(1)), tool_reply(look, measure(2, confirm=True))]
+    script = first + [tool_reply(dict(look, id="g2"), measure(3, confirm=True, max_n=200), wrong)]
+    with StubServer(script, fallback=tool_reply(tool_call("finish", {"summary": "x"}, "f"))) as stub:
+        sess, planner = make(stub, tmp_path / "mixed")
+        assert sess.run(planner).status == "completed"
+    events = read_transcript(sess.transcript)
+    turns = [e for e in events if isinstance(e, PlannerTurn)]
+    assert [[c.name for c in t.tool_calls] for t in turns] == [
+        ["measure_rate"], ["generate_and_classify", "measure_rate"], ["record_finding"], ["finish"]]
+    assert turns[2].tool_calls[0].arguments == {"caption": SNOW, "discovery_test": "t1", "confirmation_test": "t2",
+                                                "summary": "cats in snow fail"}
+    assert "did not run generate_and_classify (a repeat of the previous turn's call)" in turns[2].reasoning
+    assert "already confirmed" in turns[2].reasoning and "given the ledger's test ids (t1, t2)" in turns[2].reasoning
+    returned = [e for e in events if e.kind == "tool_returned"]
+    assert all(r.ok for r in returned) and sum(r.name == "measure_rate" for r in returned) == 2
+    assert turns[2].requests == 1  # not a whole-reply repeat: the model is not asked again
+    # Nothing left of a reply: the ledger's suggestion (here its record_finding) runs in its place.
+    script = first + [tool_reply(dict(look, id="g2"), measure(3, confirm=True, max_n=200))]
+    with StubServer(script, fallback=tool_reply(tool_call("finish", {"summary": "x"}, "f"))) as stub:
+        sess, planner = make(stub, tmp_path / "empty")
+        assert sess.run(planner).status == "completed"
+    turns = [e for e in read_transcript(sess.transcript) if isinstance(e, PlannerTurn)]
+    assert [c.name for c in turns[2].tool_calls] == ["record_finding"]
+    assert turns[2].tool_calls[0].arguments == {"caption": SNOW, "discovery_test": "t1", "confirmation_test": "t2"}
+    assert "ran the ledger's suggested calls (record_finding) instead" in turns[2].reasoning
 
 
 def test_a_spent_budget_ends_the_run_cleanly_and_max_turns_ends_it_with_its_own_status(tmp_path):
@@ -354,13 +390,15 @@ def test_the_suggested_calls_batch_what_is_independent_and_keep_images_for_a_con
     tests = [t("t1", "a", "discovery", "supported", label="bee"), t("t2", "a", "confirmation", "supported"),
              t("t3", "b", "discovery", "supported", low=3.0, label="dog"), t("t4", "c", "discovery", "supported")]
     calls = next_calls(tests, [], [], 1, 5000, declared=24, to_test=queue)
-    # the confirmed test recorded, the discoveries confirmed surest first (with their label), then one new test
+    # the confirmed test recorded, the discoveries confirmed surest first (with their label), then new tests in the
+    # screen's order up to the calls a reply may carry
     assert calls == [
         {"name": "record_finding", "arguments": {"caption": "a", "discovery_test": "t1", "confirmation_test": "t2"}},
         {"name": "measure_rate", "arguments": {"caption": "b", "target_label": "dog", "confirm": True}},
         {"name": "measure_rate", "arguments": {"caption": "c", "confirm": True}},
-        {"name": "measure_rate", "arguments": {"caption": "a cat 0.", "target_label": "fox"}}]
-    assert len(next_calls([], [], [], 0, 5000, to_test=queue)) == 4
+    ] + [{"name": "measure_rate", "arguments": {"caption": f"a cat {i}.", "target_label": "fox"}} for i in range(5)]
+    assert len(next_calls([], [], [], 0, 5000, to_test=queue)) == 6
+    assert len(next_calls([], [], [], 0, 5000, to_test=queue * 2)) == 8
     # a new test is suggested only while a confirmation of it could still be paid for after its first look
     assert len(next_calls([], [], [], 1, 350, to_test=queue)) == 2
     assert next_calls([], [], [], 1, 199, to_test=queue) == []

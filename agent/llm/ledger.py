@@ -32,7 +32,7 @@ MAX_SCREENED = 4
 """Captions a screen singles out, listed (surest first)."""
 
 
-MAX_CALLS = 4
+MAX_CALLS = 8
 """Calls one reply may carry in forced-call mode, and so the most calls the ledger suggests at once."""
 
 
