@@ -317,6 +317,23 @@ def test_calls_that_repeat_the_last_turns_or_reconfirm_are_not_run_and_record_fi
     assert "ran the ledger's suggested calls (record_finding) instead" in turns[2].reasoning
 
 
+def test_record_findings_with_each_others_ids_get_their_own_pairs(tmp_path):
+    """Seen with a 1.5B model copying eight suggested records: it paired each caption with the ids of another's."""
+    day = SNOW + " it is daytime."
+    swapped = [tool_call("record_finding", {"caption": SNOW, "discovery_test": "t2", "confirmation_test": "t4"}, "r1"),
+               tool_call("record_finding", {"caption": day, "discovery_test": "t1", "confirmation_test": "t3"}, "r2")]
+    script = [tool_reply(measure(1), measure(2, caption=day)),
+              tool_reply(measure(3, confirm=True), measure(4, caption=day, confirm=True)), tool_reply(*swapped)]
+    with StubServer(script, fallback=tool_reply(tool_call("finish", {"summary": "x"}, "f"))) as stub:
+        sess, planner = make(stub, tmp_path)
+        assert sess.run(planner).status == "completed"
+    events = read_transcript(sess.transcript)
+    turns = [e for e in events if isinstance(e, PlannerTurn)]
+    assert [(c.arguments["caption"], c.arguments["discovery_test"], c.arguments["confirmation_test"])
+            for c in turns[2].tool_calls] == [(SNOW, "t1", "t3"), (day, "t2", "t4")]
+    assert [r.ok for r in events if r.kind == "tool_returned"] == [True] * 7
+
+
 def test_a_spent_budget_ends_the_run_cleanly_and_max_turns_ends_it_with_its_own_status(tmp_path):
     look = tool_call("generate_and_classify", {"prompt": CAT, "n": 250}, "g")
     again = tool_call("generate_and_classify", {"prompt": SNOW, "n": 250}, "g2")

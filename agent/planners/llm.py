@@ -161,16 +161,6 @@ def _signature(call: ToolCall) -> str:
                                else json.dumps(call.arguments, sort_keys=True))
 
 
-def _valid_pair(view: InvestigationView, args: dict[str, Any]) -> bool:
-    """A record_finding's ids name a supported discovery test and a supported confirmation of its caption (a
-    counterfactual added to a recorded finding, say); record_finding itself checks the rest."""
-    tests = {t.test_id: t for t in view.tests}
-    d, c = tests.get(str(args.get("discovery_test"))), tests.get(str(args.get("confirmation_test")))
-    return (d is not None and c is not None and d.purpose == "discovery" and d.verdict == "supported"
-            and c.purpose == "confirmation" and c.verdict == "supported"
-            and caption_key(c.caption) == caption_key(str(args.get("caption", ""))))
-
-
 class LLMPlanner:
     """Plans with a language model reached through ``LLMClient``."""
 
@@ -381,8 +371,8 @@ class LLMPlanner:
     def _prune(self, calls: list[ToolCall], events: Sequence[Event], text: str) -> tuple[list[ToolCall], str]:
         """In an investigation, call by call: a call that repeats one the previous turn ran word for word is not run
         again, nor a confirmation of a caption already confirmed (it would spend an attempt to learn nothing); a
-        record_finding whose ids are not the pair the ledger suggests is given that pair (for its caption, else the
-        first unrecorded one). When nothing is left, the ledger's suggested calls run. The turn says what changed.
+        record_finding whose ids are not the pair the ledger suggests for its caption is given that pair. When
+        nothing is left, the ledger's suggested calls run. The turn says what changed.
 
         Seen: a 1.5B model, four findings in, ran the same look, perturbation and re-confirmation of one caption
         seven turns running, each with a record_finding naming ids that were not the caption's tests; every turn had
@@ -398,7 +388,8 @@ class LLMPlanner:
         confirmed = {caption_key(t.caption) for t in view.tests
                      if t.purpose == "confirmation" and t.verdict == "supported"}
         records = [c for c in suggestion(view)[1] if c["name"] == "record_finding"]
-        pairs = {(c["arguments"]["discovery_test"], c["arguments"]["confirmation_test"]) for c in records}
+        # A caption's record is fixed to the ledger's pair; a record of a caption the ledger does not suggest (one
+        # already recorded, given a counterfactual; a refinement of its own) runs as written.
         kept: list[ToolCall] = []
         dropped: list[str] = []
         fixed: list[str] = []
@@ -411,13 +402,11 @@ class LLMPlanner:
             if c.name == "measure_rate" and args.get("confirm") is True and caption_key(caption) in confirmed:
                 dropped.append(f"measure_rate confirm=true of {caption!r} (already confirmed)")
                 continue
-            if c.name == "record_finding" and records and \
-                    (args.get("discovery_test"), args.get("confirmation_test")) not in pairs and \
-                    not _valid_pair(view, args):
-                same = [r for r in records if caption_key(str(r["arguments"]["caption"])) == caption_key(caption)]
-                pick = (same or records)[0]
+            same = [r for r in records if caption_key(str(r["arguments"]["caption"])) == caption_key(caption)]
+            if c.name == "record_finding" and same and (args.get("discovery_test"), args.get("confirmation_test")) \
+                    != (same[0]["arguments"]["discovery_test"], same[0]["arguments"]["confirmation_test"]):
+                pick = same[0]
                 records.remove(pick)
-                pairs.discard((pick["arguments"]["discovery_test"], pick["arguments"]["confirmation_test"]))
                 known = [r for e in events if isinstance(e, ToolReturned) for r in e.artifacts]
                 pick_args = {**{k: v for k, v in args.items() if k in ("summary", "counterfactual_test")},
                              **pick["arguments"]}
