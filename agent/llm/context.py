@@ -170,6 +170,10 @@ def image_message(g: _Group, store: ArtifactStore, config: ContextConfig) -> Mes
     return {"role": "user", "content": [{"type": "text", "text": head}, *parts]}
 
 
+DIGEST_STEP = 4
+"""Items (turns) that go into the digest at once when the prompt is over its budget."""
+
+
 def whole_results(call_ids: Sequence[str], keep: int) -> set[str]:
     """The calls whose results are shown whole: the newest ``keep`` to ``2 * keep - 1``. The boundary moves in steps of
     ``keep``, so between steps every earlier message is byte-identical from one request to the next and a server's
@@ -192,12 +196,19 @@ def build_messages(events: Sequence[Event], *, system: str, own_model: str, task
     images: Message | None = None
     if config.sees_images and artifacts is not None and items and isinstance(items[-1], _Group):
         images = image_message(items[-1], artifacts, config)
-    # (results kept whole, reasoning limit, items kept as messages, digest lines): most detailed first.
-    levels = [(config.keep_recent, None, len(items), 0), (2, 300, len(items), 0), (1, 300, 6, 200), (1, 200, 2, 60)]
+    # (results kept whole, reasoning limit, items in the digest, digest lines): most detailed first. Over the budget,
+    # the oldest items go into the digest DIGEST_STEP at a time (the fewest that fit), so the digest and the messages
+    # after it stay byte-identical from one request to the next until the next step: a server's prompt cache keeps
+    # them. A digest that moved one item a turn changed the prompt after the system message on every request, and a
+    # small model on a CPU read 8,000-10,000 prompt tokens a turn again (4-5 minutes).
+    last = max(0, len(items) - 1)
+    digested = [b for b in range(DIGEST_STEP, last + 1, DIGEST_STEP)] or [last]
+    levels = [(config.keep_recent, None, 0, 0), (2, 300, 0, 0)]
+    levels += [(1, 300, b, 200) for b in digested] + [(1, 200, b, 60) for b in digested] + [(1, 200, last, 60)]
     messages: list[Message] = []
-    for keep, limit, tail, max_lines in levels:
+    for keep, limit, cut, max_lines in levels:
         whole = whole_results(call_ids, keep)
-        older, recent = (items[:-tail], items[-tail:]) if tail < len(items) else ([], items)
+        older, recent = items[:cut], items[cut:]
         messages = list(head)
         if older:
             messages.append(_digest(older, max_lines))
