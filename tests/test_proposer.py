@@ -66,7 +66,7 @@ def test_the_models_candidates_are_screened_and_their_fate_reported(tmp_path, mo
                 and e.arguments.get("prompt") == NEW]
     assert screened, "the model's candidate was screened"
     final = events[-2].final if events[-2].kind == "planner_turn" else turns[-1]
-    assert "Of the language model's 1 candidates, 1 were screened" in (final or turns[-1])
+    assert "Of the language model's 1 candidate, 1 was screened," in (final or turns[-1])
 
 
 def test_a_malformed_proposal_leaves_the_vocabularys_candidates(tmp_path, monkeypatch):

@@ -983,7 +983,8 @@ class ProtocolPlanner(ScriptPlanner):
         found = [c for c in mine if c.state == "found"]
         tested = [c for c in mine if c.tested_in >= 0]
         screened = [c for c in mine if c.n]
-        return (f" Of the language model's {len(mine)} candidates, {len(screened)} were screened, {len(tested)} "
+        return (f" Of the language model's {len(mine)} {'candidate' if len(mine) == 1 else 'candidates'}, "
+                f"{len(screened)} {'was' if len(screened) == 1 else 'were'} screened, {len(tested)} "
                 f"tested and {len(found)} confirmed" + (": " + ", ".join(repr(c.caption) for c in found) if found
                                                         else "") + ".")
 
