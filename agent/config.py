@@ -164,7 +164,7 @@ class RunSettings(BaseModel):
     planner: PlannerConfig = Field(default_factory=PlannerConfig)
     confirmations: int | None = Field(None, ge=1, le=100, description=(
         "Declared confirmation attempts: each is tested at alpha / this (default: the planner's own; protocol "
-        "declares one per 500 images of the budget, from 10 to 40; the others 10)."))
+        "declares 40 whatever the budget, the LLM planner one per 125 images from 10 to 80, the others 10)."))
     confirmation_designs: list[ConfirmationDesign] | None = Field(None, description=(
         "Declared confirmation sizes, each with its share of the attempts (their sum is the family; default: the "
         "planner's own; without any, the first confirmation's sizes serve every attempt)."))

@@ -160,6 +160,18 @@ class Finding(_Event):
     finding_id: str
 
 
+class ModePlaced(_Event):
+    """A finding placed in a failure mode when it was recorded: a mode of its own, or another phrasing of an earlier
+    finding's cause (agent/modes.py). Written by the loop after the call that recorded the finding."""
+
+    kind: Literal["mode"] = "mode"
+    mode_id: str
+    finding_id: str
+    reason: str = Field(description="Why the finding is in this mode, from what the run measured.")
+    idea: str | None = Field(None, description="What the mode's founding finding's failures show (a sentence).")
+    labels: list[str] = Field(default_factory=list, description="The wrong labels the mode's founder fails as.")
+
+
 class RunFinished(_Event):
     kind: Literal["run_finished"] = "run_finished"
     status: Status
@@ -175,7 +187,8 @@ class ErrorEvent(_Event):
 
 
 Event = Annotated[
-    RunStarted | PlannerTurn | ToolCalled | ToolReturned | UserMessage | Finding | RunFinished | ErrorEvent,
+    RunStarted | PlannerTurn | ToolCalled | ToolReturned | UserMessage | Finding | ModePlaced | RunFinished
+    | ErrorEvent,
     Field(discriminator="kind"),
 ]
 

@@ -30,6 +30,7 @@ from sleuth.agent.events import (
     ErrorEvent,
     Event,
     Finding,
+    ModePlaced,
     PlannerTurn,
     RunFinished,
     RunStarted,
@@ -47,6 +48,7 @@ from sleuth.tools.defaults import BUDGET_EXHAUSTED
 from sleuth.tools.registry import Registry, ToolError
 
 if TYPE_CHECKING:
+    from sleuth.agent.view import InvestigationView
     from sleuth.tools.artifacts import ArtifactStore
     from sleuth.tools.findings import Finding as FindingModel
 
@@ -161,6 +163,9 @@ class Runner:
     """A bug's ``error`` event is written (the caller closes the run)."""
     last_outcomes: list[Outcome] = field(default_factory=list, init=False)
     """What the latest turn's calls returned."""
+    _modes: InvestigationView | None = field(default=None, init=False)
+    """The transcript as the failure modes read it (``place_modes``)."""
+    _modes_read: int = field(default=0, init=False)
 
     def append(self, event: Event) -> Event:
         with self.shield():
@@ -219,7 +224,26 @@ class Runner:
                                  images_used=outcome.images_used,
                                  images_left=inv.budget.left if inv is not None else None,
                                  usage=usage, cost_usd=cost))
+        self.place_modes()
         return outcome
+
+    def place_modes(self) -> None:
+        """Writes a ``mode`` event for each confirmed finding no failure mode holds yet (agent/modes.py), after the
+        call that recorded it; a resumed run calls it first, so a crash between the two loses nothing."""
+        events = self.writer.events
+        if events and isinstance(events[-1], ToolCalled | Finding):
+            return  # inside a call a crash cut short: its findings are placed once its result is written
+        fresh = any(isinstance(e, Finding) for e in events[self._modes_read:])
+        self._modes_read = len(events)
+        if not fresh:
+            return
+        from sleuth.agent.view import InvestigationView  # the tools' results, read only once a finding is made
+
+        view = self._modes = (self._modes.extend(events) if self._modes is not None
+                              else InvestigationView.from_events(events, self.registry))
+        for p in view.place_modes():
+            self.append(ModePlaced(mode_id=p.mode.mode_id, finding_id=p.finding_id, reason=p.reason,
+                                   idea=p.mode.idea, labels=p.mode.labels))
 
     def run_calls(self, calls: Sequence[ToolCall]) -> list[Outcome]:
         outcomes = []

@@ -13,6 +13,7 @@ every turn), and reads everything again if the log it is given is not the one it
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +24,7 @@ from pydantic import BaseModel, ValidationError
 from sleuth.agent.events import (
     Event,
     Finding,
+    ModePlaced,
     PlannerTurn,
     RunFinished,
     RunStarted,
@@ -30,6 +32,7 @@ from sleuth.agent.events import (
     ToolReturned,
     UserMessage,
 )
+from sleuth.agent.modes import Idea, ModeBook, ModeClaim, Placement, Trace, claims, ideas_of, sentence_shares
 from sleuth.agent.transcript import read_transcript
 from sleuth.tools import (
     caption_failures,
@@ -131,6 +134,13 @@ class InvestigationView:
     """What the calls made since the latest planner turn returned, in order."""
     images_at_findings: dict[str, int] = field(default_factory=dict)
     """Images generated when each finding was first recorded confirmed, by finding id."""
+    modes: ModeBook = field(default_factory=ModeBook)
+    """The failure modes as the transcript's ``mode`` events placed its findings (``mode_claims`` completes them for
+    a transcript written before modes were recorded)."""
+    captioned: dict[str, tuple[str, list[caption_failures.Hypothesis]]] = field(default_factory=dict)
+    """The captions of each caption's failures, as last captioned (by ``caption_key``): (caption, clusters)."""
+    common: dict[str, float] = field(default_factory=dict)
+    """The share of the class prompt's captioned failures that says each sentence (its first captioning)."""
     _read: int = 0
     _last: Event | None = None
     _arguments: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -181,6 +191,8 @@ class InvestigationView:
                 if e.call_id in by_call:
                     by_call[e.call_id].results[e.call_id] = e
                 self._returned(Returned(e, args.get(e.call_id, {}), self._result(e)))
+            elif isinstance(e, ModePlaced):
+                self.modes.restore(e.mode_id, e.finding_id, e.reason, e.idea, e.labels)
             elif isinstance(e, Finding):
                 # A later event under an id already seen is that finding updated (its counterfactual added).
                 if e.finding_id not in self._finding_ids:
@@ -236,6 +248,12 @@ class InvestigationView:
             self.measured[x.measurement_id] = x.caption
         elif isinstance(x, caption_failures.Result):
             parent = self.measured.get(x.measurement_id, "")
+            class_prompt = self.started.class_prompt if self.started is not None else None
+            if parent and parent == class_prompt:
+                if not self.common:
+                    self.common = sentence_shares(x.hypotheses)
+            elif parent:
+                self.captioned[caption_key(parent)] = (parent, list(x.hypotheses))
             self.proposals += [Proposed(h.caption, parent, f"caption of {h.n_images} failures predicted "
                                                            f"'{h.predicted_label}'") for h in x.hypotheses]
         elif isinstance(x, perturb_caption.Result):
@@ -303,6 +321,51 @@ class InvestigationView:
     @property
     def tool_errors(self) -> int:
         return sum(1 for r in self.returned if r.failed)
+
+    # --- failure modes ---------------------------------------------------------------------------------------
+
+    def traces(self) -> dict[str, Trace]:
+        """What the run measured of each confirmed finding's cause (``modes.Trace``), by finding id: the idea of its
+        caption's failures read against every caption captioned so far, and the wrong labels of its discovery and
+        confirmation images."""
+        prompt = (self.started.class_prompt or "") if self.started is not None else ""
+        ideas = ideas_of(dict(self.captioned.values()), self.common, prompt)
+        tests = {t.test_id: t for t in self.tests}
+        out = {}
+        for f in self.findings:
+            if not f.confirmed:
+                continue
+            labels: Counter[str] = Counter()
+            for tid in (f.discovery.test_id, f.confirmation.test_id):
+                t = tests.get(tid)
+                for x in t.hypothesis.confusions if t is not None and t.hypothesis is not None else []:
+                    labels[x.label] += x.count
+            got = self.captioned.get(caption_key(f.caption))
+            idea = ideas.get(got[0]) if got is not None else None
+            out[f.finding_id] = Trace(f.caption, labels, idea or Idea(), prompt)
+        return out
+
+    def unplaced(self) -> list[record_finding.Result]:
+        """Confirmed findings no ``mode`` event has placed yet, in the order recorded."""
+        return [f for f in self.findings if f.confirmed and self.modes.mode_of(f.finding_id) is None]
+
+    def place_modes(self, book: ModeBook | None = None) -> list[Placement]:
+        """Places every unplaced confirmed finding in ``book`` (the view's own by default), in the order recorded."""
+        book = book if book is not None else self.modes
+        todo = [f for f in self.findings if f.confirmed and book.mode_of(f.finding_id) is None]
+        if not todo:
+            return []
+        traces = self.traces()
+        return [book.place(f.finding_id, traces[f.finding_id], traces) for f in todo]
+
+    def mode_claims(self) -> list[ModeClaim]:
+        """The failure modes with their findings and claims, in the order they formed. A transcript written before
+        modes were recorded (no ``mode`` events) gets them from the same model, placed as they would have been."""
+        book = self.modes
+        if self.unplaced():
+            book = self.modes.copy()
+            self.place_modes(book)
+        return claims(book, [f for f in self.findings if f.confirmed])
 
     @property
     def latest_measurement(self) -> str | None:

@@ -138,7 +138,7 @@ def test_planner_summary_and_outcomes_from_runs():
     strong = planner_summary(runs, [*got, BugOutcome("w1: s", 12.0, True, 1400)], run_budget=20_000)
     assert strong["images_until_confirmed_strong"]["median"] == pytest.approx(1400, abs=TOL)
     assert strong["images_until_confirmed_strong"]["planted"] == 2
-    assert [c["k"] for c in s["recall_vs_budget"]] == [0, 1, 1, 1]
+    assert [c["k"] for c in s["recall_vs_budget"]] == [0, 1, 1, 1, 1]  # by 2,000, 3,000, 5,000, 10,000, 20,000
     assert set(s["recall_by_strength"]) == {"2-5x", "10-20x"}
     assert s["images"] == 34_000 and s["seconds"] == pytest.approx(45.0, abs=TOL)
 

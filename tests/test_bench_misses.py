@@ -144,3 +144,23 @@ def test_counts_and_table_keep_unlearned_bugs_apart():
     console.print(misses_table({"planners": {"protocol": {"misses": m}}}))
     text = console.export_text()
     assert "screened out" in text and "2 (1)" in text
+
+
+def test_a_sure_screen_left_untested_while_phrasings_were_confirmed_waited_behind_them():
+    from sleuth.agent.events import Finding, ModePlaced
+
+    e = Events().look(CLASS, 10, 300).look(SNOW, 30, 32)  # 2x the class is certain
+    assert stage(e) == "screened, not tested"
+    river, water = "a photo of a cat in a river.", "a photo of a cat in the water."
+    for fid, caption in (("f1", river), ("f2", water)):
+        e.record(caption)
+        f = record_finding.Result(finding_id=fid, caption=caption, summary="", confirmed=True,
+                                  discovery=evidence(caption, "discovery"),
+                                  confirmation=evidence(caption, "confirmation"))
+        e.events.append(Finding(finding_id=fid, finding=f.model_dump(mode="json")))
+    e.events.append(ModePlaced(mode_id="m1", finding_id="f1", reason="a cause of its own"))
+    assert stage(e) == "screened, not tested"  # two modes of their own, no phrasing yet
+    e.events.append(ModePlaced(mode_id="m1", finding_id="f2", reason="its failures read as f1's"))
+    assert stage(e) == "waited behind a mode's phrasings"
+    e.look(SNOW, 0, 400)  # a screen no longer sure: screened out whatever the phrasings did
+    assert stage(e) == "screened out"

@@ -106,7 +106,7 @@ def test_bench_over_worlds_in_two_processes_scores_every_planted_bug(fakes, tmp_
     assert (p["bugs_found"], p["bugs_planted"]) == (10, 10) and (w["bugs_found"], w["bugs_planted"]) == (0, 10)
     assert (p["false_confirmed"], p["confirmed_findings"]) == (10, 20) and w["false_confirmed"] == 10
     assert p["images_until_confirmed"] == {"median": 3000.0, "p90": 3000.0, "n": 10}
-    assert [c["k"] for c in p["recall_vs_budget"]] == [0, 10, None, None]
+    assert [c["k"] for c in p["recall_vs_budget"]] == [0, 10, 10, None, None]
     assert p["recall_by_strength"] == {"5-10x": {"k": 10, "n": 10, "rate": 1.0, "ci": p["recall"]["ci"]}}
     assert p["images_per_class"]["median"] == 3500 and p["runs"] == 10
     assert [r["world"] for r in out["runs"]][:10] == ["random-0"] * 10

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import typing
 
 import pytest
 from pydantic import ValidationError
@@ -13,10 +14,14 @@ from sleuth.agent.events import PlannerTurn, ToolCall, UserMessage, event_hash, 
 
 
 def test_every_kind_round_trips_through_json(sample_events):
-    kinds = [e.kind for e in sample_events]
+    placed = ev.ModePlaced(mode_id="m1", finding_id="f1", reason="a cause of its own", idea="it is in the snow",
+                           labels=["snow leopard"])
+    events = [*sample_events, placed]
+    kinds = [e.kind for e in events]
     assert set(kinds) == {"run_started", "planner_turn", "tool_called", "tool_returned", "user_message", "finding",
-                          "run_finished", "error"}
-    for e in sample_events:
+                          "mode", "run_finished", "error"}
+    assert set(kinds) == {t.model_fields["kind"].default for t in typing.get_args(typing.get_args(ev.Event)[0])}
+    for e in events:
         back = parse_event(json.loads(e.model_dump_json()))
         assert type(back) is type(e)
         assert back == e

@@ -52,7 +52,10 @@ def test_fly_investigation_confirms_the_planted_flower(capsys, tmp_path):
     # Found under whatever phrasing the planner tested, as the world's parser reads it (e.g. a potted plant).
     flower = [f for f in out["findings"] if names_bug(f["caption"], bug, oracle.world)]
     assert flower, [f["caption"] for f in out["findings"]]
-    assert all(set(f) == set(FindingSummary.model_fields) for f in out["findings"])
+    # Each finding in the one compact shape, with the failure mode that holds it; every mode in its own shape.
+    assert all(set(f) == {*FindingSummary.model_fields, "mode_id"} for f in out["findings"])
+    modes = {m["mode_id"]: m for m in out["modes"]}
+    assert all(f["finding_id"] in modes[f["mode_id"]]["findings"] for f in out["findings"] if f["confirmed"])
     f = flower[0]
     d = f["discovery"]
     assert f["confirmed"] and d["adjusted_p"] < 0.05 and f["confirmation"]["adjusted_p"] < 0.05

@@ -8,9 +8,9 @@ from collections import Counter
 import numpy as np
 import pytest
 
+from sleuth.agent.modes import content_key
 from sleuth.agent.planners.protocol_v1 import ProtocolV1Planner
 from sleuth.agent.planners.protocol_v2 import LADDER, Candidate, ProtocolV2Planner, by_kind, plausibility, score, worth
-from sleuth.agent.planners.screening import content_key
 from sleuth.agent.transcript import read_transcript
 from tests.fakeworld import fake_backends, new_session
 

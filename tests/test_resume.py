@@ -67,6 +67,7 @@ def cut_points(events: list[Event]) -> dict[str, tuple[int, bool]]:
         "torn planner turn": (kinds.index("planner_turn", first_call), True),
         "mid run": (len(events) // 2, False),
         "finding written, result not": (finding + 1, False),
+        "finding's call returned, its mode not placed": (kinds.index("mode"), False),
         "torn finding": (finding, True),
         "finish returned, run_finished not": (len(events) - 1, False),
         "torn run_finished": (len(events) - 1, True),

@@ -28,6 +28,8 @@ def test_reveal_names_the_planted_bug_and_marks_it_found(capsys, tmp_path: Path)
     # The findings that name the bug are confirmed findings of the run, and the oracle measures them real.
     ids = {f["finding_id"] for f in out["findings"] if f["confirmed"]}
     assert snow["findings"] and set(snow["findings"]) <= ids
+    # The failure modes holding them are named, each with all its findings.
+    assert snow["modes"] and all(set(key["modes"][m]) <= ids for m in snow["modes"])
     judged = {f["finding_id"]: f for f in key["findings"]}
     assert all(judged[i]["real"] and judged[i]["bug"] == "cat in snow" for i in snow["findings"])
     assert key["false_findings"] == [f for f, j in judged.items() if not j["real"]]
@@ -46,7 +48,7 @@ def test_reveal_in_the_terminal_says_found_and_names_the_bug(capsys, tmp_path: P
     key = text[text.index("Answer key"):]
     assert "• cat in snow (bug:" in key and "fails as snow leopard" in key
     line = key[key.index("• cat in snow"):key.index("• ball next to a cat")]
-    assert "FOUND by f" in line and "MISSED" not in line
+    assert "FOUND by mode m" in line and "MISSED" not in line
     assert "decoy" in key[key.index("• ball next to a cat"):]
     # After the findings tables, never before them.
     assert text.index("confirmed finding") < text.index("Answer key")

@@ -74,3 +74,23 @@ def test_a_result_that_does_not_fit_its_tool_is_named_and_skipped(run):
     assert view.warnings == [f"line {bad.seq + 1} (measure_rate): skipped, the result does not match this sleuth's "
                              "tools (verdict: Input should be 'supported', 'not supported' or 'inconclusive')"]
     assert all(isinstance(t, measure_rate.Result) for t in view.tests)
+
+
+def test_each_confirmed_finding_is_placed_in_a_mode_after_the_call_that_recorded_it(run):
+    session, _, events = run
+    kinds = [e.kind for e in events]
+    placed = [e for e in events if e.kind == "mode"]
+    confirmed = [f.finding_id for f in session.investigation.findings if f.confirmed]
+    assert [e.finding_id for e in placed] == confirmed and placed[0].mode_id == "m1"
+    for e in placed:  # right after the tool_returned of the call whose finding it places
+        i = kinds.index("mode", events.index(e))
+        assert events[i - 1].kind == "tool_returned" and events[i - 1].name == "record_finding"
+    view = InvestigationView.from_events(events)
+    assert not view.unplaced()
+    got = view.mode_claims()
+    assert [f.finding_id for c in got for f in c.findings] == confirmed
+    # A transcript without mode events (written before modes were recorded) gets the same modes from the model.
+    older = InvestigationView.from_events([e for e in events if e.kind != "mode"])
+    assert [(c.mode.mode_id, [f.finding_id for f in c.findings], c.best.finding_id) for c in older.mode_claims()] == \
+        [(c.mode.mode_id, [f.finding_id for f in c.findings], c.best.finding_id) for c in got]
+    assert not older.modes.modes  # computed for the reader, not written into the view's own book

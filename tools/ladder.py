@@ -98,6 +98,14 @@ def plausibility(k: int, n: int, p0: float, target: Target) -> float:
     return float(sps.beta.sf(target.worth(p0), *posterior(k, n, p0)))
 
 
+def evidence(k: int, n: int, p0: float, target: Target) -> tuple[float, float]:
+    """How surely a candidate fails at ``target``'s rate, then how strongly: the posterior probability that it does
+    (``plausibility``, to 3 places, so that near-certain candidates tie) and its posterior mean failure rate. Sorted
+    descending, the order in which what waits for a test or a look is taken up."""
+    a, b = posterior(k, n, p0)
+    return round(plausibility(k, n, p0, target), 3), a / (a + b)
+
+
 def score(k: int, n: int, p0: float) -> float:
     """How surely a candidate fails often: the 20% quantile of its posterior failure rate (surest first)."""
     return float(sps.beta.ppf(0.2, *posterior(k, n, p0)))

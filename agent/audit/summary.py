@@ -1,5 +1,8 @@
 """What an audit found: per-class summaries, the findings of all classes ranked, and the terminal tables.
 
+Each class's summary holds its failure modes (``ModeSummary``, as ``investigate --json`` prints them, read from the
+class's transcript) and each finding names its mode (``mode_id``); the tables count modes beside findings.
+
 Findings (``FindingSummary``, the shape ``investigate --json`` prints too) are ranked by effect size (the discovery rate
 ratio against the class baseline; an infinite ratio, a baseline without failures, ranks highest), then by the lower
 end of its interval. Hypotheses supported on discovery seeds but not confirmed (``HypothesisSummary``) are listed
@@ -13,10 +16,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from rich.table import Table
+from rich.text import Text
 
 from sleuth.agent.audit.budget import cost_of, stopped_by
 from sleuth.agent.events import Event, RunFinished
+from sleuth.agent.mode_summary import mode_ids, mode_summaries
 from sleuth.agent.replay.resume import Continued
+from sleuth.agent.view import InvestigationView
 from sleuth.tools.defaults import ALPHA
 from sleuth.tools.findings import FindingSummary, HypothesisSummary
 from sleuth.tools.investigation import Investigation, normalise_caption
@@ -34,6 +40,8 @@ def class_summary(label: str, slug: str, inv: Investigation, events: Sequence[Ev
                   seconds: float) -> dict[str, Any]:
     finished = events[-1] if events and isinstance(events[-1], RunFinished) else None
     found = [FindingSummary.of(label, f) for f in inv.findings]
+    modes = mode_summaries(InvestigationView.from_events(events))
+    ids = mode_ids(modes)
     confirmed = {normalise_caption(f.caption) for f in found}
     tested = hypotheses(inv)
     # Supported by the family's final adjustment (a verdict is given when its test is run, before later tests
@@ -50,7 +58,8 @@ def class_summary(label: str, slug: str, inv: Investigation, events: Sequence[Ev
         "events": len(events), "turns": sum(e.kind == "planner_turn" for e in events),
         "hypotheses_tested": len(tested),
         "alpha": inv.alpha, "confirmations_declared": inv.max_confirmations,
-        "findings": [f.model_dump(mode="json") for f in found],
+        "modes": [m.model_dump(mode="json") for m in modes],
+        "findings": [{**f.model_dump(mode="json"), "mode_id": ids.get(f.finding_id)} for f in found],
         "unconfirmed": [h.model_dump(mode="json") for h in candidates],
         "hypotheses": [h.model_dump(mode="json") for h in tested],
         "recovery": {"resumed": cont.recovered_events > 0 and not cont.already_finished,
@@ -67,7 +76,7 @@ def class_summary(label: str, slug: str, inv: Investigation, events: Sequence[Ev
 def skipped_summary(label: str, slug: str, reason: str) -> dict[str, Any]:
     return {"class": label, "dir": slug, "status": "skipped", "answer": None, "stopped_by": reason, "images": 0,
             "image_budget": 0, "seconds": 0.0, "cost_usd": 0.0, "events": 0, "turns": 0, "hypotheses_tested": 0,
-            "confirmations_declared": 0,
+            "confirmations_declared": 0, "modes": [],
             "findings": [], "unconfirmed": [], "hypotheses": [], "recovery": None}
 
 
@@ -145,11 +154,18 @@ def _kn(r: dict[str, Any]) -> str:
     return f"{r['k']}/{r['n']} [{100 * r['low']:.1f}–{100 * r['high']:.1f}%]"
 
 
+def n_modes(summary: dict[str, Any]) -> int:
+    """Failure modes of the audit's classes (a summary written before modes were recorded counts none)."""
+    return sum(len(c.get("modes") or []) for c in summary["classes"])
+
+
 def findings_table(summary: dict[str, Any]) -> Table:
     rows = [(f, True) for f in summary["findings"]] + [(h, False) for h in summary["unconfirmed"]]
-    table = Table(title=f"Audit findings: {len(summary['findings'])} confirmed, {len(summary['unconfirmed'])} "
-                        f"supported but unconfirmed ({len(summary['classes'])} classes, {summary['images']} images)")
+    table = Table(title=f"Audit findings: {len(summary['findings'])} confirmed in {n_modes(summary)} failure "
+                        f"mode{'s' * (n_modes(summary) != 1)}, {len(summary['unconfirmed'])} supported but "
+                        f"unconfirmed ({len(summary['classes'])} classes, {summary['images']} images)")
     table.add_column("class", no_wrap=True)
+    table.add_column("mode", no_wrap=True)
     table.add_column("hypothesis", overflow="fold", ratio=3)
     table.add_column("confirmed", no_wrap=True)
     for col in ("failures k/n [95% CI]", "baseline k/n [95% CI]", "rate ratio [95% CI]", "adj. p", "audit p"):
@@ -160,8 +176,8 @@ def findings_table(summary: dict[str, Any]) -> Table:
     for row, confirmed in rows:
         e = row["confirmation"] if confirmed else row  # a finding's effect is its confirmation's estimate
         ci = e["rate_ratio_ci"]
-        table.add_row(row["label"], row["caption"], "yes" if confirmed else "no", _kn(e["hypothesis"]),
-                      _kn(e["baseline"]), f"{_x(e['rate_ratio'])} [{_x(ci[0])}, {_x(ci[1])}]",
+        table.add_row(row["label"], row.get("mode_id") or "–", Text(row["caption"]), "yes" if confirmed else "no",
+                      _kn(e["hypothesis"]), _kn(e["baseline"]), f"{_x(e['rate_ratio'])} [{_x(ci[0])}, {_x(ci[1])}]",
                       pv(e["adjusted_p"]), pv(row["audit_p"]) if "audit_p" in row else "–",
                       style=None if confirmed else "dim")
     return table
@@ -169,7 +185,7 @@ def findings_table(summary: dict[str, Any]) -> Table:
 
 def classes_table(summary: dict[str, Any]) -> Table:
     table = Table(title="Classes")
-    for col in ("class", "status", "images", "seconds", "hypotheses", "findings", "note"):
+    for col in ("class", "status", "images", "seconds", "hypotheses", "modes", "findings", "note"):
         table.add_column(col, overflow="fold")
     for c in summary["classes"]:
         note = c["stopped_by"] or ""
@@ -179,5 +195,5 @@ def classes_table(summary: dict[str, Any]) -> Table:
             if rec.get("torn_line_moved_to"):
                 note += f", torn line ({rec['torn_bytes']} bytes) moved aside"
         table.add_row(c["class"], c["status"], f"{c['images']}/{c['image_budget']}", f"{c['seconds']:.1f}",
-                      str(c["hypotheses_tested"]), str(len(c["findings"])), note)
+                      str(c["hypotheses_tested"]), str(len(c.get("modes") or [])), str(len(c["findings"])), note)
     return table

@@ -23,7 +23,7 @@ REAL_RATIO = 1.2
 """A finding is real when the oracle's 95% interval for its rate ratio excludes this (lies above it)."""
 BANDS: tuple[float, ...] = (2.0, 5.0, 10.0, 20.0)
 """Edges of the strength bands (the oracle's failure-rate ratio of a planted bug's caption over its class)."""
-CURVE_BUDGETS: tuple[int, ...] = (2_000, 5_000, 10_000, 20_000)
+CURVE_BUDGETS: tuple[int, ...] = (2_000, 3_000, 5_000, 10_000, 20_000)
 STRONG = 10.0
 """Bugs the oracle measures at this ratio or more are *strong*: how soon they are confirmed is reported apart."""
 

@@ -8,7 +8,9 @@ missed. ``STAGES`` lists them, furthest first. A bug the classifier did not lear
 The screen's verdict uses one rule for every planner: a bug *screened, not tested* had a pooled screen whose
 posterior probability of failing at twice the class's baseline rate (a Beta prior with the weight of two images,
 centred on the baseline rate of the run's class-prompt looks) was at least 0.9; *screened out* had screens below
-that.
+that. A bug whose screen made that 99% likely (``WAITED_AT``) while the run confirmed another phrasing of a failure
+mode it had found already (a finding placed in an existing mode) *waited behind a mode's phrasings*: images went to
+a variant of a known cause while a strong candidate was left untested.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ STAGES: tuple[str, ...] = (
     "confirmation not significant",
     "supported, not confirmed",
     "tested, not supported",
+    "waited behind a mode's phrasings",
     "screened, not tested",
     "screened out",
     "proposed, not screened",
@@ -37,6 +40,9 @@ STAGES: tuple[str, ...] = (
 )
 """How far a planted bug got in a run, furthest first."""
 MISS_STAGES = STAGES[1:]
+WAITED_AT = 0.99
+"""A screen this likely to fail at twice the class's rate should not wait while phrasings of known causes are
+confirmed."""
 
 
 def stage_of(view: InvestigationView, names: Callable[[str], bool], found: bool) -> dict[str, Any]:
@@ -87,7 +93,13 @@ def stage_of(view: InvestigationView, names: Callable[[str], bool], found: bool)
         stage = "tested, not supported"
     elif screen_n:
         p = screen["p_twice_baseline"]
-        stage = "screened, not tested" if p is not None and p >= 0.9 else "screened out"
+        phrasings = sum(len(m.findings) - 1 for m in view.mode_claims())
+        if p is not None and p >= WAITED_AT and phrasings:
+            stage = "waited behind a mode's phrasings"
+        elif p is not None and p >= 0.9:
+            stage = "screened, not tested"
+        else:
+            stage = "screened out"
     elif proposed:
         stage = "proposed, not screened"
     else:

@@ -134,14 +134,17 @@ def _names(caption: str, bug: Any, world: World) -> bool:
 
 
 def fill_outcomes(data: dict[str, Any], world: World) -> bool:
-    """Each planted bug's ``outcome`` in a run (its stage, see ``misses``), read from the run's transcript; False
-    if the transcript is gone (the bugs keep no outcome)."""
+    """Each planted bug's ``outcome`` in a run (its stage, see ``misses``) and the run's failure modes scored against
+    the world (``modes.run_modes``), read from the run's transcript; False if the transcript is gone (the bugs keep no
+    outcome)."""
     from sleuth.agent.bench.misses import stage_of
+    from sleuth.agent.bench.modes import run_modes
 
     try:
         view = InvestigationView.from_transcript(data["transcript"])
     except (OSError, ValueError, TranscriptError):
         return False
+    data["modes"] = run_modes(view, world)
     found = {f.get("bug") for f in data["findings"] if f.get("bug")}
     for b in data["bugs"]:
         bug = next((x for x in world.bugs if x.name == b["name"]), None)
@@ -163,7 +166,8 @@ def run_class(job: ClassJob) -> list[dict[str, Any]]:
             path = result_path(job.root, job.key, job.label, planner, seed)
             stored = _stored(path, world_hash, s)
             if stored is not None:
-                if any("outcome" not in b for b in stored["bugs"]) and fill_outcomes(stored, job.world):
+                if (any("outcome" not in b for b in stored["bugs"]) or "modes" not in stored) and \
+                        fill_outcomes(stored, job.world):
                     _write(path, stored)
                 out.append(stored)
                 continue
@@ -220,11 +224,13 @@ def bug_stages(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 def summarise(runs: Sequence[dict[str, Any]], planners: Sequence[str], budget: int,
               edges: Sequence[float] = BANDS) -> dict[str, dict[str, Any]]:
     from sleuth.agent.bench.misses import miss_counts
+    from sleuth.agent.bench.modes import mode_summary
 
     out = {}
     for p in planners:
         mine = [r for r in runs if r["planner"] == p]
-        out[p] = {**planner_summary(mine, outcomes(mine), budget, edges), "misses": miss_counts(bug_stages(mine))}
+        out[p] = {**planner_summary(mine, outcomes(mine), budget, edges), "misses": miss_counts(bug_stages(mine)),
+                  "modes": mode_summary(mine)}
     return out
 
 

@@ -2,8 +2,9 @@
 
 Read after the run, from its closed transcript and the world's oracle, never by a planner: the class's planted bugs
 and decoys with the oracle's ratio for each, the oracle's verdict on every confirmed finding and the planted bug it
-names (the benchmark's rules: ``judge`` and ``discovery.names_bug``), and for every bug not found how far the run got
-with it and why it stopped there (the benchmark's miss report, ``misses.stage_of``).
+names (the benchmark's rules: ``judge`` and ``discovery.names_bug``), the failure modes that hold the findings
+naming each plant (the modes the transcript records: ``view.mode_claims``), and for every bug not found how far the
+run got with it and why it stopped there (the benchmark's miss report, ``misses.stage_of``).
 """
 
 from __future__ import annotations
@@ -53,8 +54,11 @@ def answer_key(world: World, label: str, view: InvestigationView, findings: Sequ
     """The class's planted bugs and decoys, each finding's oracle verdict and bug, and every miss with its reason.
 
     ``view`` is the closed transcript's view; ``findings`` its confirmed findings (``FindingSummary``
-    dicts, as ``investigate --json`` prints them).
+    dicts, as ``investigate --json`` prints them). The key's ``modes`` maps each failure mode's id to its findings'
+    ids; each finding names its mode (``mode_id``) and each plant the modes of the findings that name it.
     """
+    modes = {c.mode.mode_id: [f.finding_id for f in c.findings] for c in view.mode_claims()}
+    mode_of = {f: m for m, ids in modes.items() for f in ids}
     oracle = oracle or Oracle(world)
     judge = OracleJudge(oracle, oracle_n, criterion)
     manifest = [b for b in oracle.manifest() if b.class_ == label]
@@ -64,14 +68,15 @@ def answer_key(world: World, label: str, view: InvestigationView, findings: Sequ
         verdict = judge.judge(label, f["caption"])
         named = [b.name for b in manifest if names_bug(f["caption"], b, world)]
         judged.append({"finding_id": f["finding_id"], "caption": f["caption"], "real": verdict["real"],
-                       "oracle": verdict, "names": named,
+                       "mode_id": mode_of.get(f["finding_id"]), "oracle": verdict, "names": named,
                        "bug": next((n for n in named if verdict["real"] and n in {b.name for b in bugs}), None)})
     planted = []
     for b in manifest:
         by = [f["finding_id"] for f in judged if b.name in f["names"] and (f["real"] or b.kind == "decoy")]
         entry: dict[str, Any] = {"name": b.name, "kind": b.kind, "caption": b.caption, "strength": b.strength,
                                  "confuser": b.confuser, "oracle": judge.judge(label, b.caption, full=True),
-                                 "findings": by}
+                                 "findings": by,
+                                 "modes": list(dict.fromkeys(mode_of[f] for f in by if f in mode_of))}
         if b.kind == "bug":
             found = any(f["bug"] == b.name for f in judged)
             outcome = stage_of(view, partial(names_bug, bug=b, world=world), found)
@@ -83,4 +88,4 @@ def answer_key(world: World, label: str, view: InvestigationView, findings: Sequ
             entry.update(found=found, learned=learned, stage=outcome["stage"], why=why, screen=outcome["screen"])
         planted.append(entry)
     return {"class": label, "world": world.name, "oracle_images": oracle_n, "planted": planted, "findings": judged,
-            "false_findings": [f["finding_id"] for f in judged if not f["real"]]}
+            "modes": modes, "false_findings": [f["finding_id"] for f in judged if not f["real"]]}

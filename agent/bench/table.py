@@ -55,9 +55,31 @@ def discovery_table(out: dict[str, Any]) -> Group:
         curve = [_rate(c) if c["measured"] else "n/a" for c in r["recall_vs_budget"]]
         detail.add_row(name, *(_rate(r["recall_by_strength"].get(b)) for b in bands), *curve)
     parts: list[Table] = [main, detail]
+    if any(r.get("modes", {}).get("modes") for r in out["planners"].values()):
+        parts.append(modes_table(out))
     if any(r.get("misses", {}).get("learned") for r in out["planners"].values()):
         parts.append(misses_table(out))
     return Group(*parts)
+
+
+def modes_table(out: dict[str, Any]) -> Table:
+    """Per planner, its failure modes scored against the worlds: purity and redundancy (agent/bench/modes.py)."""
+    t = Table(title="Failure modes against the worlds' ground truth",
+              caption="Pure: every finding of the mode names one attribute value (as the world's parser reads its "
+                      "caption). Redundancy: modes per distinct cause found (1.0: one mode a cause). Phrasings: "
+                      "findings beyond the first of their mode.")
+    for col in ("planner", "findings", "modes", "modes / class: median (mean)", "pure", "distinct causes",
+                "redundancy", "phrasings"):
+        t.add_column(col, justify="left" if col == "planner" else "right")
+    for name, r in out["planners"].items():
+        m = r.get("modes") or {}
+        if not m.get("modes"):
+            continue
+        t.add_row(name, f"{r['confirmed_findings']:,}", f"{m['modes']:,}",
+                  f"{m['modes_per_class_median']:g} ({m['modes_per_class_mean']:.1f})",
+                  f"{m['pure']}/{m['modes']} = {100 * m['purity']:.1f}%", f"{m['distinct_causes']:,}",
+                  f"{m['redundancy']:.2f}", f"{m['phrasings']:,}")
+    return t
 
 
 def misses_table(out: dict[str, Any]) -> Table:
@@ -68,7 +90,9 @@ def misses_table(out: dict[str, Any]) -> Table:
     stages = [s for s in STAGES if any(m["stages"].get(s) for m in rows.values())]
     t = Table(title=f"Where the planted bugs the classifier learned (oracle ≥ {LEARNED:g}x) were found or lost",
               caption="The furthest stage each bug reached in its run, read from the transcript. Screened, not "
-                      "tested: the pooled screen made 2x the baseline 90% likely. Not learned: the oracle "
+                      "tested: the pooled screen made 2x the baseline 90% likely; waited behind a mode's "
+                      "phrasings: 99% likely while the run confirmed phrasings of causes it had found. Not "
+                      "learned: the oracle "
                       f"measures the bug below {LEARNED:g}x (found among them in brackets).")
     t.add_column("planner")
     t.add_column("learned", justify="right")
@@ -104,4 +128,21 @@ def calibration_table(out: dict[str, Any]) -> Table:
                       audits, f"{v['images_per_run']:,}")
     t.caption = ("held: every confirmation and finding rate ≤ alpha" if out["held"] else
                  "NOT HELD: a confirmation or finding rate exceeds alpha")
+    return t
+
+
+def compare_table(out: dict[str, Any], a: str, b: str) -> Table:
+    """Two benchmarks side by side (agent/bench/compare.py): recall on each side and the bugs only one found."""
+    t = Table(title=f"A = {a} ({out['planner_a']}) against B = {b} ({out['planner_b']}): {out['paired_bugs']} planted "
+                    "bugs paired", title_justify="left",
+              caption="Only A / only B: bugs found on one side and not the other (exact McNemar p, two-sided). "
+                      "'by N': a real finding naming the bug was recorded within N images.")
+    for col in ("bugs", "within", "A", "B", "only A", "only B", "McNemar p"):
+        t.add_column(col, justify="left" if col in ("bugs", "within") else "right")
+    for name, g in out["groups"].items():
+        for when, v in g.items():
+            if when == "bugs":
+                continue
+            t.add_row(f"{name} ({g['bugs']})", "the run" if when == "all" else when, _rate(v["a"]), _rate(v["b"]),
+                      str(len(v["only_a"])), str(len(v["only_b"])), f"{v['mcnemar_p']:.2g}")
     return t

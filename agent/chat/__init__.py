@@ -23,12 +23,14 @@ from rich.text import Text
 
 from sleuth.agent.chat import commands as C
 from sleuth.agent.events import ErrorEvent, Event, PlannerTurn, RunStarted, Status, UserMessage
+from sleuth.agent.mode_summary import mode_summaries
 from sleuth.agent.runner import STOPPED, Planner, Runner, Stopped
 from sleuth.agent.session import Session
 from sleuth.agent.terminal.progress import ProgressBars
 from sleuth.agent.terminal.render import render_event
 from sleuth.agent.terminal.tables import findings_table
 from sleuth.agent.transcript import TranscriptWriter
+from sleuth.agent.view import InvestigationView
 
 PROMPT = "sleuth> "
 
@@ -158,7 +160,9 @@ class Chat:
         if p.name == "help":
             self.console.print(help_table(llm=self.planner is not None))
         elif p.name == "findings":
-            self.console.print(findings_table(self.session.investigation, show_all=True))
+            view = InvestigationView.from_events(self.writer.events)
+            self.console.print(findings_table(self.session.investigation, show_all=True,
+                                              modes=mode_summaries(view)))
         elif p.name == "auto":
             if self.protocol is None:
                 raise C.CommandError("/auto: no protocol planner in this session")

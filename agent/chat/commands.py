@@ -41,7 +41,7 @@ HELP: list[tuple[str, str]] = [
                                                                           "baseline: ratio, adjusted p, verdict"),
     ("/record DISCOVERY_TEST CONFIRMATION_TEST [COUNTERFACTUAL_TEST] [SUMMARY]",
      "record a confirmed finding (e.g. /record t1 t3, or /record t1 t3 t4 with a counterfactual test)"),
-    ("/findings", "the findings and every hypothesis tested so far"),
+    ("/findings", "the failure modes, the findings and every hypothesis tested so far"),
     ("/auto", "hand over to the protocol planner until it finishes (Ctrl-C stops it)"),
     ("/help", "this list; options (n=800) go anywhere, flags (confirm) before or after the text; quote text that "
               "holds such a word: /measure \"a cat that will not confirm\""),

@@ -64,7 +64,7 @@ def add_run_arguments(p: argparse.ArgumentParser, *, max_turns: bool = True) -> 
                         f"({default(RunConfig, 'criterion')})")
     g.add_argument("--alpha", type=float, help=f"family-wise error level ({default(RunConfig, 'alpha')})")
     g.add_argument("--confirmations", type=int, metavar="M",
-                   help="confirmation attempts, each at alpha/M (protocol: budget/500)")
+                   help="confirmation attempts, each at alpha/M (protocol: 40 at any budget)")
     if max_turns:
         g.add_argument("--max-turns", type=int, metavar="N", help="most planner turns (1000 protocol, 100 others)")
         g.add_argument("--max-seconds", type=float, metavar="S",

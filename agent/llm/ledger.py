@@ -2,9 +2,10 @@
 
 Small models lose track of ids, verdicts and the budget over a long run (MAIA keeps a running hypothesis list for the
 same reason). The ledger lists every test (id, caption, purpose, verdict and its adjusted p over the family as it
-stands now), the recorded findings, the confirmation attempts used, and the images used and left, with the rules
-for stopping. It is appended as the last message and never stored in the history, so the earlier messages stay
-byte-identical from one request to the next (a server's prompt cache keeps them).
+stands now), the recorded findings (by failure mode, one short entry a mode), the confirmation attempts used, and the
+images used and left, with the rules for stopping. It is appended as the last message and never stored in the
+history, so the earlier messages stay byte-identical from one request to the next (a server's prompt cache keeps
+them).
 """
 
 from __future__ import annotations
@@ -58,6 +59,20 @@ def _finding_line(f: record_finding.Result) -> dict[str, Any]:
     return {"finding_id": f.finding_id, "caption": f.caption}
 
 
+def _findings_line(view: InvestigationView, findings: Sequence[dict[str, Any]]) -> str:
+    """The recorded findings by failure mode, one short entry a mode: its best-evidenced finding and the ids of its
+    phrasings (other findings of the same cause); a finding no mode holds is listed on its own."""
+    modes = view.mode_claims()
+    placed = {f.finding_id for c in modes for f in c.findings}
+    parts = [f"{c.mode.mode_id} {c.best.finding_id} {S.quote(c.best.caption)}"
+             + (f" (phrasings: {', '.join(f.finding_id for f in c.phrasings)})" if c.phrasings else "")
+             for c in modes]
+    parts += [f"{f.get('finding_id')} {S.quote(str(f.get('caption', '')))}" for f in findings
+              if f.get("finding_id") not in placed]
+    return f"- recorded findings ({len(findings)}) by failure mode (one cause, its best finding first): " + "; ".join(
+        parts)
+
+
 def ledger(events: Sequence[Event] | InvestigationView, *, budget: int | None) -> str:
     """The ledger of an investigation (its events, or a view of them)."""
     view = events if isinstance(events, InvestigationView) else InvestigationView.from_events(events)
@@ -102,8 +117,7 @@ def ledger(events: Sequence[Event] | InvestigationView, *, budget: int | None) -
                      "perturb_caption): " + "; ".join(S.quote(c) for c in untested[:MAX_PROPOSED])
                      + ("; ..." if len(untested) > MAX_PROPOSED else ""))
     if findings:
-        lines.append("- recorded findings: " + "; ".join(
-            f"{f.get('finding_id')} {S.quote(str(f.get('caption', '')))}" for f in findings))
+        lines.append(_findings_line(view, findings))
     else:
         lines.append("- recorded findings: none")
     pending = view.finish_called

@@ -56,9 +56,21 @@ class PlannerSpec:
 
 
 def confirmations_by_budget(budget: int) -> int:
-    """One confirmation attempt per 250 images of the budget, from MAX_CONFIRMATIONS to 80: a larger budget finds
-    more, so it declares a larger family (each attempt is tested at alpha over the family's size)."""
+    """One confirmation attempt per 250 images of the budget, from MAX_CONFIRMATIONS to 80 (each attempt is tested at
+    alpha over the family's size)."""
     return max(MAX_CONFIRMATIONS, min(80, budget // 250))
+
+
+PROTOCOL_CONFIRMATIONS = 40
+"""The protocol planner's declared confirmation attempts, whatever the budget."""
+
+
+def protocol_confirmations(budget: int) -> int:
+    """The protocol planner's: PROTOCOL_CONFIRMATIONS for any budget. Each attempt is tested at alpha over the
+    declared family, so a family that grew with the budget would make a run given 20,000 images confirm less than
+    one given 10,000 by the time both have spent 5,000: what a run finds by N images must not depend on the budget
+    it was given. Its attempts go to distinct failure modes first, so 40 leave room for phrasings."""
+    return PROTOCOL_CONFIRMATIONS
 
 
 def llm_confirmations(budget: int) -> int:
@@ -141,7 +153,7 @@ PLANNERS: dict[str, PlannerSpec] = {s.name: s for s in (
                             "ladder of small looks, tests and confirmation at once, in passes at 3x, 2x and 1.5x the "
                             "class's failure rate while images remain; distinct findings by what their failures "
                             "show (offline, deterministic; the default)",
-                _protocol, baseline_n=PROTOCOL_BASELINE_N, max_turns=1000, confirmations=confirmations_by_budget),
+                _protocol, baseline_n=PROTOCOL_BASELINE_N, max_turns=1000, confirmations=protocol_confirmations),
     PlannerSpec("protocol-v2", "the earlier protocol: one pass at 3x, at most two findings per failure mode, a stop "
                                "when nothing plausible at 3x is left", _protocol_v2, baseline_n=PROTOCOL_BASELINE_N),
     PlannerSpec("protocol-v1", "the earlier protocol: screens, then tests two dozen perturbations and the caption "

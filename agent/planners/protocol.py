@@ -17,22 +17,26 @@ stops only when the images left cannot pay for the next step:
   pass's floor of images, nor, in later passes, while its screen would be a likely one of a failure at the target
   (``Target.drop_evidence``). New candidates get their first look in chunks, in turn over the kinds of candidate, so
   the first tests come a few hundred images in.
-- **Tests and confirmation**: the surest candidate first; a supported test (or, in later passes, one whose
+- **Tests and confirmation**: the surest candidate first (``ladder.evidence``: the posterior probability that it
+  fails at the pass's target, then its posterior mean rate); a supported test (or, in later passes, one whose
   unadjusted p-value would pass a confirmation) is confirmed at once on fresh seeds, its mechanism tested on class
   images edited against their control-edited twins, and recorded.
-- **Distinct findings, by what differs**: before a candidate is tested, the failures of its screen are captioned;
-  the sentence most of them share and neither the class's own failures nor, on average, the other captioned
-  candidates' failures do is what the candidate changes (its *idea*, read again as more are captioned).
-  A candidate whose idea is a finding's idea ("on a rock" after "on a mountain top", both captioned "it is on the
-  rocks") is another phrasing of that finding and waits; so does one that holds every content word of a finding
-  and more. Different ideas are confirmed however they fail: two attributes that fail as the same wrong label are
-  two findings, grouped by that label in the answer. Other phrasings get the images and attempts left at the end.
-  Once two findings of one kind (background, colour, ...) fail as one wrong label, further candidates of that kind
-  and label wait until the pass has screened and tested the rest (``KIND_LATER``): a third colour failing as the
-  same label is worth less than the first test of another kind.
+- **Distinct failure modes before phrasings** (agent/modes.py): before a candidate is tested or screened further,
+  the failures of its screen are captioned; the sentence most of them share and neither the class's own failures
+  nor what the other captioned candidates' failures show do is what the candidate changes (its *idea*, read again
+  as more are captioned). A candidate that ``modes.link`` reads as another phrasing of a finding's cause ("on a
+  rock" after "on a mountain top", both captioned "it is on the rocks"; or one holding every word of a finding's
+  caption) waits: the runner places every finding in its failure mode, and distinct modes are tested and
+  confirmed first. Different ideas are confirmed however they fail: two attributes that fail as the same wrong
+  label are two modes. A phrasing whose own words differ from the finding's (two colours the captioner names
+  alike) may be a cause of its own: once a later pass has screened and tested every distinct candidate, those its
+  screens single out are tested in their own right, surest first, with what is left. Once two findings of one kind
+  (background, colour, ...) fail as one wrong label, further candidates of that kind and label wait until the
+  pass has screened and tested the rest (``KIND_LATER``).
 - **Confirmation sizes** are declared with the first confirmation, before it draws the baseline (``pass_designs``):
-  each later pass the budget can reach gets a share of the attempts; a pass whose share is spent confirms with
-  another pass's sizes, larger first. Each pass's attempts compare with the first so many images of the
+  each later pass gets a share of the attempts, whatever the budget (so that what a run does with its first images
+  does not depend on how many it was given); a pass whose share is spent confirms with another pass's sizes,
+  larger first. Each pass's attempts compare with the first so many images of the
   confirmation baseline as its tests have class baseline images, at most 800 (300, 800, 800), drawn when first
   needed.
 - **The stop** says which target the budget reached and which it could not.
@@ -48,8 +52,8 @@ from collections.abc import Generator
 from dataclasses import dataclass, field
 
 from sleuth.agent.events import ToolCall
+from sleuth.agent.modes import Idea, Trace, content_key, ideas_of, link, sentence_shares
 from sleuth.agent.planners.protocol_v1 import pct, ratio_text, top_confusion
-from sleuth.agent.planners.screening import content_key
 from sleuth.agent.planners.script import Results, Script, ScriptPlanner, ok
 from sleuth.agent.runner import Turn
 from sleuth.tools import caption_failures, generate_and_classify, measure_rate, perturb_caption, record_finding
@@ -61,8 +65,8 @@ from sleuth.tools.ladder import (
     PASSES,
     TEST_AT,
     Target,
+    evidence,
     judge,
-    plausibility,
     score,
 )
 from sleuth.tools.stats import RatioCI, binomial_rate
@@ -75,22 +79,10 @@ PREVIEW_MIN = 2
 """Failures a screen look needs for its captions to say what the candidate changes."""
 TEST_BATCH = 2
 COUNTERFACTUAL_N = 20
-IDEA_SHARE = 0.5
-IDEA_LIFT = 0.25
-IDEA_MIN = 2
-IDEA_OVER = 2.0
-BACKGROUND_MIN = 4
-"""A candidate's idea: the caption sentences at least IDEA_SHARE of its captioned failures share (IDEA_MIN failures
-or more), IDEA_LIFT more of them than of the class's own failures, and IDEA_OVER times their mean share over the
-other candidates whose failures were captioned (once BACKGROUND_MIN were): a sentence the captioner says of most
-images of the class ("it is on the road" of a bicycle) says nothing of what a candidate changes, even where the class
-seldom fails."""
 NAMED = 5
 KIND_LATER = 2
 """Findings of one kind of cause failing as one wrong label after which further such candidates wait for the end of
 the pass: a third colour that fails as the same label is worth less than the first test of another kind."""
-OTHER_SHARE = 0.2
-"""A wrong label under this share of a finding's failures is not one it fails as (``fails_otherwise``)."""
 
 
 def effect(conf: measure_rate.Result) -> RatioCI | None:
@@ -130,58 +122,6 @@ def sentences(caption: str) -> int:
     return len([x for x in caption.split(".") if x.strip()])
 
 
-def sentence_shares(hyps: list[caption_failures.Hypothesis]) -> dict[str, float]:
-    """Share of the captioned failures whose cluster caption says each sentence."""
-    total = sum(h.n_images for h in hyps)
-    shares: Counter[str] = Counter()
-    for h in hyps:
-        for s in set(h.sentences):
-            shares[s.strip().lower()] += h.n_images
-    return {s: c / total for s, c in shares.items()} if total else {}
-
-
-@dataclass(frozen=True)
-class Idea:
-    """What a candidate changes, read from the captions of its failures."""
-
-    sentences: frozenset[str] = frozenset()
-    """The sentences most of its failures share and the class's failures do not."""
-    top: str | None = None
-    """The most shared of them (one that says a word of the candidate's own caption first)."""
-
-    def same(self, other: Idea) -> bool:
-        """One idea: each one's most shared sentence is among the other's."""
-        return (self.top is not None and other.top is not None and self.top in other.sentences
-                and other.top in self.sentences)
-
-
-def stems(text: str) -> frozenset[str]:
-    """Content words without a plural 's' ('rocks' and 'rock' are one word)."""
-    return frozenset(w[:-1] if w.endswith("s") and len(w) > 3 else w for w in content_key(text))
-
-
-def idea_of(hyps: list[caption_failures.Hypothesis], common: dict[str, float],
-            background: dict[str, float] | None = None, words: frozenset[str] = frozenset()) -> Idea:
-    """The sentences most of a candidate's failures share and neither the class's failures nor (``background``, the
-    mean share over other candidates' captioned failures) the class's images in general do (none: an empty idea).
-    The most shared is its top sentence, one that says a word of the candidate's own caption (``words``, its
-    ``stems`` beyond the class prompt's) before any other: 'the bicycle is purple' is what 'a purple bicycle' changes,
-    whatever else its failures show."""
-    shares = sentence_shares(hyps)
-    total = sum(h.n_images for h in hyps)
-    background = background or {}
-    # Among equally shared sentences, the one the captioner ranked first (it lists the likeliest first).
-    rank: dict[str, float] = {}
-    for h in hyps:
-        for i, s in enumerate(h.sentences):
-            rank[s.strip().lower()] = rank.get(s.strip().lower(), 0.0) + h.n_images / (i + 1)
-    kept = sorted(((v, s) for s, v in shares.items()
-                   if v >= IDEA_SHARE and v * total >= IDEA_MIN and v - common.get(s, 0.0) >= IDEA_LIFT
-                   and v >= IDEA_OVER * background.get(s, 0.0)),
-                  key=lambda x: (not stems(x[1]) & words, -x[0], -rank.get(x[1], 0.0), x[1]))
-    return Idea(frozenset(s for _, s in kept), kept[0][1] if kept else None)
-
-
 @dataclass(eq=False)
 class Candidate:
     caption: str
@@ -208,6 +148,11 @@ class Candidate:
     """The pass that tests it in its own right though it reads as a finding's phrasing (``_due_phrasings``)."""
     source: str = "vocabulary"
     """Who proposed it: the failure captions and the vocabulary, or a language model ('llm')."""
+    tested: Counter[str] = field(default_factory=Counter)
+    """The wrong labels of its supported test's failures (``_read``)."""
+    worded: bool = False
+    """Its caption narrows or widens a finding's (a phrasing by its words, not only by its failures): it says nothing
+    the finding's caption does not, or adds to it, so it is never tested in its own right."""
 
     @property
     def confusion(self) -> str | None:
@@ -215,22 +160,12 @@ class Candidate:
             return self.target
         return self.confusions.most_common(1)[0][0] if self.confusions else None
 
-
-def fails_otherwise(c: Candidate, f: Found) -> bool:
-    """Whether most of a candidate's failures (two or more) go to a wrong label that few of a finding's failures go to
-    (under OTHER_SHARE of them): a failure of its own, whatever its captions share. A finding whose failures spread
-    over several wrong labels (a scene the classifier knows nothing of) claims each label it often fails as."""
-    if c.target:
-        top = c.target
-    else:
-        most = c.confusions.most_common(1)
-        if not most or most[0][1] < 2 or 2 * most[0][1] <= sum(c.confusions.values()):
-            return False
-        top = most[0][0]
-    labels = f.labels()
-    if not labels:
-        return f.label is not None and top != f.label
-    return labels[top] < OTHER_SHARE * sum(labels.values())
+    def trace(self, class_prompt: str) -> Trace:
+        """What its screens and tests measured of its cause (agent/modes.py): the wrong labels of its test once it has
+        one, else of its screen (and the label a cluster of failures gave it)."""
+        if self.tested:
+            return Trace(self.caption, self.tested, self.idea, class_prompt)
+        return Trace(self.caption, self.confusions, self.idea, class_prompt, self.target)
 
 
 def _named(cands: list[Candidate], p0: float) -> str:
@@ -258,6 +193,7 @@ class Found:
     phrasings: list[str] = field(default_factory=list)
     cf_tried: bool = False
     """Its counterfactual test was run (or attempted)."""
+    finding_id: str = ""
 
     def labels(self) -> Counter[str]:
         """The wrong labels its discovery and confirmation images failed as."""
@@ -267,6 +203,10 @@ class Found:
             for x in summary.confusions if summary is not None else []:
                 out[x.label] += x.count
         return out
+
+    def trace(self, class_prompt: str) -> Trace:
+        """What its tests measured of its cause, its idea as its candidate reads now (agent/modes.py)."""
+        return Trace(self.candidate.caption, self.labels(), self.candidate.idea, class_prompt, self.label)
 
 
 class ProtocolPlanner(ScriptPlanner):
@@ -292,8 +232,9 @@ class ProtocolPlanner(ScriptPlanner):
         self._attempts = 0
         self._pass = 0
         """The pass under way."""
-        self.designs = designs if designs is not None else pass_designs(passes, confirmations, budget,
-                                                                          self.baseline_n)
+        # Declared for every pass whatever the budget: sizes that followed the budget would make a run's first
+        # thousands of images depend on how many it was given.
+        self.designs = designs if designs is not None else pass_designs(passes, confirmations, None, self.baseline_n)
         """The declared confirmation sizes (each with its share of the attempts)."""
         self._used: Counter[tuple[int, int]] = Counter()
         self._confirmed_once = False
@@ -507,7 +448,7 @@ class ProtocolPlanner(ScriptPlanner):
             while not stop:
                 # Tests first: what the screen has singled out, surest first; a kind of cause with KIND_LATER
                 # findings waits until the pass has screened and tested the rest.
-                queue = self._order([c for c in cands if c.state == "test"], found)
+                queue = self._order([c for c in cands if c.state == "test"], t)
                 if not released:
                     for c in queue:
                         if self._saturated(c, found):
@@ -639,13 +580,13 @@ class ProtocolPlanner(ScriptPlanner):
                 break
             reached.append(t.name)
         # Other phrasings of findings, with what is left.
-        others = sorted((c for c in cands if c.state == "other"), key=lambda c: -score(c.k, c.n, self._p0))
         t = self.passes[min(len(reached), len(self.passes) - 1)]
+        others = sorted((c for c in cands if c.state == "other"), key=lambda c: (*self._rank(c, t), c.caption))
         if others and not stop:
             for c in others:
                 if self._cannot_confirm(t) or not self._affords(t.first_n, t):
                     break
-                if any(content_key(f.candidate.caption) <= content_key(c.caption) for f in found):
+                if self._repeat_of(c, found) is not None and c.worded:
                     continue
                 (res,) = yield self.turn(
                     f"Images and confirmation attempts are left, so I test {c.caption!r}, another phrasing of a "
@@ -659,7 +600,7 @@ class ProtocolPlanner(ScriptPlanner):
                     continue
                 supported += 1
                 yield from self._read(c, r)
-                if any(c.idea.same(f.candidate.idea) and not fails_otherwise(c, f) for f in found):
+                if self._repeat_of(c, found, ("idea", "states")) is not None:
                     continue  # its own failures read as a finding's idea too
                 f = yield from self._confirm(c, r, t)
                 if f is not None:
@@ -690,15 +631,18 @@ class ProtocolPlanner(ScriptPlanner):
         looks."""
         return 2 * t.first_n
 
-    def _order(self, queue: list[Candidate], found: list[Found]) -> list[Candidate]:
-        """Test order: the surest screen first (the 20% quantile of its failure rate), divided by 1 + half the
-        findings its wrong label already has (so that one catch-all label's many real failures do not take every
-        attempt) and by 1 + a quarter of the findings of its kind (so that a kind of cause with many findings, say
-        colours, does not hold back the first finding of another), then the shortest caption."""
-        labels = Counter(f.label for f in found)
-        kinds = Counter(f.candidate.kind for f in found)
-        return sorted(queue, key=lambda c: (-score(c.k, c.n, self._p0) / (1 + labels[c.confusion] / 2)
-                                            / (1 + kinds[c.kind] / 4), sentences(c.caption), c.caption))
+    def _order(self, queue: list[Candidate], t: Target) -> list[Candidate]:
+        """Test order: distinct candidates before phrasings of a finding tested in their own right (a mode's
+        phrasing is tested only with what distinct candidates leave), each by the evidence of its screen
+        (``ladder.evidence``: the posterior probability that it fails at the pass's target, then its posterior mean
+        failure rate), then the shortest caption."""
+        return sorted(queue, key=lambda c: (c.own_test == self._pass, *self._rank(c, t), sentences(c.caption),
+                                            c.caption))
+
+    def _rank(self, c: Candidate, t: Target) -> tuple[float, float]:
+        """Sort key, surest first: ``ladder.evidence`` negated."""
+        p, mean = evidence(c.k, c.n, self._p0, t)
+        return -p, -mean
 
     @staticmethod
     def _release(cands: list[Candidate]) -> list[Candidate]:
@@ -719,9 +663,11 @@ class ProtocolPlanner(ScriptPlanner):
         class fails 1%) is a surer guess than the ladder's 4/80."""
         open_ = [c for c in cands if c.state == "open" and c.n]
         if self._pass:
-            open_ += [c for c in cands if c.state == "other" and c.own_test < self._pass
+            open_ += [c for c in cands if c.state == "other" and not c.worded and c.own_test < self._pass
                       and self._judge(c, t) == "test"]
-        for c in sorted(open_, key=lambda c: (-plausibility(c.k, c.n, self._p0, t), c.caption)):
+        # The surest guess, a phrasing the pass singles out included: with one test left, a screen the pass singles
+        # out is worth more than one still climbing, and a phrasing that fails on its own is a cause of its own.
+        for c in sorted(open_, key=lambda c: (*self._rank(c, t), c.caption)):
             if c.state == "other":
                 c.own_test = self._pass
             elif found and (self._repeat_of(c, found) is not None or self._saturated(c, found)):
@@ -740,7 +686,7 @@ class ProtocolPlanner(ScriptPlanner):
         if not i:  # a phrasing the first pass singles out fails as strongly as its finding: most likely its idea
             return due
         for c in cands:
-            if c.state == "other" and c.own_test < i and self._judge(c, t) == "test":
+            if c.state == "other" and not c.worded and c.own_test < i and self._judge(c, t) == "test":
                 c.state = "test"
                 c.own_test = i
                 due.append(c)
@@ -754,7 +700,7 @@ class ProtocolPlanner(ScriptPlanner):
         if not i:
             return back
         for c in cands:
-            if c.state == "other" and c.own_test < i and self._judge(c, t) == "open":
+            if c.state == "other" and not c.worded and c.own_test < i and self._judge(c, t) == "open":
                 c.state = "open"
                 c.own_test = i
                 back.append(c)
@@ -783,7 +729,7 @@ class ProtocolPlanner(ScriptPlanner):
             return []
 
         def surest(cs: list[Candidate]) -> list[Candidate]:
-            return sorted(cs, key=lambda c: (-score(c.k, c.n, self._p0), c.caption))[:CHUNK]
+            return sorted(cs, key=lambda c: (*self._rank(c, t), c.caption))[:CHUNK]
 
         low = surest([c for c in cands if c.state == "open" and c.n < t.floor])
         if low:
@@ -828,7 +774,10 @@ class ProtocolPlanner(ScriptPlanner):
         self._refresh_ideas()
 
     def _read(self, c: Candidate, r: measure_rate.Result) -> Generator[Turn, Results, None]:
-        """Captions the failures of a supported test: the candidate's idea."""
+        """Captions the failures of a supported test: the candidate's idea; the wrong labels of its test are how it
+        fails from now on (as the runner reads a finding's, agent/modes.py)."""
+        if r.hypothesis is not None:
+            c.tested = Counter({x.label: x.count for x in r.hypothesis.confusions})
         if r.measurement_id is None:
             return
         (res,) = yield self.turn(
@@ -843,20 +792,12 @@ class ProtocolPlanner(ScriptPlanner):
             self._refresh_ideas()
 
     def _refresh_ideas(self) -> None:
-        """Reads the idea of every captioned candidate again, against the mean share of each sentence over the other
-        captioned candidates (``idea_of``): the more candidates are captioned, the surer what is said of most images
-        of the class."""
+        """Reads the idea of every captioned candidate again (``modes.ideas_of``): the more candidates are captioned,
+        the surer what is said of most images of the class."""
         done = [c for c in self._cands if c.captioned]
-        shares = [sentence_shares(c.captioned) for c in done]
-        sums: Counter[str] = Counter()
-        for sh in shares:
-            sums.update(sh)
-        others = len(done) - 1
-        for c, own in zip(done, shares):
-            background = ({x: (v - own.get(x, 0.0)) / others for x, v in sums.items()}
-                          if others >= BACKGROUND_MIN else None)
-            c.idea = idea_of(c.captioned, self._common, background,
-                             stems(c.caption) - stems(self.class_prompt))
+        ideas = ideas_of({c.caption: c.captioned for c in done}, self._common, self.class_prompt)
+        for c in done:
+            c.idea = ideas[c.caption]
 
     def _repeats(self, c: Candidate, found: list[Found]) -> bool:
         """Another phrasing of a finding (the same idea, or every content word of a finding's caption and more,
@@ -870,15 +811,23 @@ class ProtocolPlanner(ScriptPlanner):
         c.state = "other"
         return True
 
-    @staticmethod
-    def _repeat_of(c: Candidate, found: list[Found]) -> Found | None:
-        """The finding a candidate is another phrasing of, if any (``_repeats``)."""
+    def _repeat_of(self, c: Candidate, found: list[Found], kinds: tuple[str, ...] = ("idea", "states", "narrower",
+                                                                                       "wider")) -> Found | None:
+        """The finding a candidate is most surely another phrasing of, if any (``modes.link``, of the kinds given);
+        ``c.worded`` says whether the link is one of words (its caption narrows or widens the finding's)."""
+        me = c.trace(self.class_prompt)
+        best: tuple[int, Found, bool] | None = None
         for f in found:
-            if fails_otherwise(c, f):
-                continue
-            if c.idea.same(f.candidate.idea) or content_key(f.candidate.caption) <= content_key(c.caption):
-                return f
-        return None
+            theirs = f.trace(self.class_prompt)
+            # A tested candidate is read as the runner reads a finding (both ways); a screen's few failures cannot yet
+            # say which labels it fails as, so only its own is held against the finding's.
+            got = link(me, theirs, symmetric=bool(c.tested))
+            if got is not None and got.kind in kinds and (best is None or got.strength > best[0]):
+                best = (got.strength, f, bool(me.words) and (me.words <= theirs.words or theirs.words <= me.words))
+        if best is None:
+            return None
+        c.worded = best[2]
+        return best[1]
 
     def _confirm(self, c: Candidate, r: measure_rate.Result, t: Target) -> Generator[Turn, Results, Found | None]:
         target = c.confusion or top_confusion(r)
@@ -895,11 +844,12 @@ class ProtocolPlanner(ScriptPlanner):
                       **({} if self._confirmed_once else {"designs": [d.model_dump(exclude_none=True)
                                                                       for d in self.designs]})),
         )
-        self._confirmed_once = True
-        self._conf_drawn = max(self._conf_drawn, self.confirmation_baseline(design))
-        self._attempts += 1
-        self._used[design.key] += 1
         conf = ok(first, measure_rate.Result)
+        if conf is not None:  # a refused call drew nothing and is no attempt
+            self._confirmed_once = True
+            self._conf_drawn = max(self._conf_drawn, self.confirmation_baseline(design))
+            self._attempts += 1
+            self._used[design.key] += 1
         if conf is None or conf.verdict != "supported" or conf.hypothesis is None:
             why = first.error if conf is None else f"adjusted p={conf.adjusted_p:.2g}"
             yield self.turn(f"{c.caption!r} did not replicate on fresh seeds ({why}); it is not recorded.")
@@ -912,9 +862,10 @@ class ProtocolPlanner(ScriptPlanner):
             self.call("record_finding", caption=c.caption, discovery_test=r.test_id, confirmation_test=conf.test_id,
                       summary=self._finding_text(c, conf)),
         )
-        if ok(rec, record_finding.Result) is None:
+        got = ok(rec, record_finding.Result)
+        if got is None:
             return None
-        return Found(c, r, conf, target)
+        return Found(c, r, conf, target, finding_id=got.finding_id)
 
     @staticmethod
     def _finding_text(c: Candidate, conf: measure_rate.Result, cf: measure_rate.Result | None = None) -> str:

@@ -14,7 +14,8 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass
 
 from sleuth.agent.events import ToolCall
-from sleuth.agent.planners.screening import content_key, screened, select
+from sleuth.agent.modes import content_key
+from sleuth.agent.planners.screening import screened, select
 from sleuth.agent.planners.script import CallFailed, Results, Script, ScriptPlanner, ok
 from sleuth.agent.runner import Turn
 from sleuth.tools import caption_failures, generate_and_classify, measure_rate, perturb_caption, record_finding

@@ -38,8 +38,8 @@ from dataclasses import dataclass, field
 from scipy import stats as sps
 
 from sleuth.agent.events import ToolCall
+from sleuth.agent.modes import content_key
 from sleuth.agent.planners.protocol_v1 import pct, ratio_text, top_confusion
-from sleuth.agent.planners.screening import content_key
 from sleuth.agent.planners.script import Results, Script, ScriptPlanner, ok
 from sleuth.agent.runner import Turn
 from sleuth.tools import caption_failures, generate_and_classify, measure_rate, perturb_caption, record_finding

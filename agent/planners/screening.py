@@ -10,11 +10,9 @@ selection takes the strongest of each mode before a second of any.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from sleuth.tools import generate_and_classify
-from sleuth.tools.perturb_caption import FUNCTION_WORDS
 
 
 @dataclass(frozen=True)
@@ -29,12 +27,6 @@ class Screened:
     @property
     def rate(self) -> float:
         return self.k / self.n if self.n else 0.0
-
-
-def content_key(caption: str) -> frozenset[str]:
-    """The caption's content words: 'a photo of a bicycle at night.' and 'a photo of a bicycle. it is at night.' are
-    one hypothesis."""
-    return frozenset(w for w in re.findall(r"[a-z]+", caption.lower()) if w not in FUNCTION_WORDS)
 
 
 def screened(caption: str, edit_type: str, result: object) -> Screened | None:

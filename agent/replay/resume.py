@@ -100,6 +100,7 @@ def continue_run(session: Session, planner: Planner, *, max_turns: int | None = 
             planner, info.divergence = fresh_planner(), divergence
         info.fast_forwarded = n_ff
         with runner.guard():
+            runner.place_modes()
             info.completed_calls = _finish_turn(events, rebuilt.pending, session, runner)
         done = _end_of_turn(events, session)
         if done is not None:

@@ -1,4 +1,5 @@
-"""What a report shows, read from a transcript's events: findings, tests, samples, counterfactual pairs, budget.
+"""What a report shows, read from a transcript's events: failure modes, findings, tests, samples, counterfactual
+pairs, budget.
 
 Tool results are validated against the tools' own ``Result`` models, so the report reads exactly what the tools
 wrote. A result that no longer fits (an older tool version) is skipped and named in ``RunReport.warnings``: one odd
@@ -14,6 +15,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from sleuth.agent.events import Event
+from sleuth.agent.mode_summary import ModeSummary, mode_summaries
 from sleuth.agent.report.tree import Proposal, TreeNode, build_tree
 from sleuth.agent.view import InvestigationView
 from sleuth.tools import caption_failures, edit_image, generate_and_classify, measure_rate, record_finding, stats
@@ -92,6 +94,8 @@ class RunReport(BaseModel):
     class_prompt: str | None = None
     baseline: SampleSummary | None = Field(default=None,
                                            description="The class prompt's first sample (discovery seeds).")
+    modes: list[ModeSummary] = Field(default_factory=list, description=(
+        "The failure modes, in the order they formed, each with its one claim (as `investigate --json` has them)."))
     findings: list[record_finding.Result] = Field(default_factory=list)
     tests: list[HypothesisTest] = Field(default_factory=list)
     groups: list[ImageGroup] = Field(default_factory=list)
@@ -168,7 +172,8 @@ def extract_run(events: list[Event], path: str | Path = "") -> RunReport:
         planner=started.planner if started else "", command=started.command if started else "",
         status=finished.status if finished else "unfinished", answer=finished.answer if finished else None,
         config=started.config if started else {}, backends=started.backends if started else {},
-        class_prompt=class_prompt, baseline=pooled[0].summary if pooled else None, findings=findings, tests=rows,
+        class_prompt=class_prompt, baseline=pooled[0].summary if pooled else None, modes=mode_summaries(view),
+        findings=findings, tests=rows,
         groups=_groups(samples, clusters), pairs=pairs,
         tree=build_tree(class_prompt, proposals, [(r.caption, r.test_id) for r in rows],
                         {f.caption: f.finding_id for f in findings}),

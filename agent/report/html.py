@@ -17,6 +17,7 @@ from PIL import Image
 from sleuth.agent.mitigate import MitigationResult
 from sleuth.agent.report.data import HypothesisTest, PairSet, RunReport
 from sleuth.agent.report.images import ImageEmbedder, png_uri
+from sleuth.agent.report.modes import modes_block
 from sleuth.agent.report.plots import ConfusionPanel, confusion_bars, forest_plot, short_caption
 from sleuth.agent.report.summary import CSS as SUMMARY_CSS
 from sleuth.agent.report.summary import conclusion, finding_groups, summary_block
@@ -33,7 +34,8 @@ h3{font-size:15px;margin:20px 0 6px}
 table{border-collapse:collapse;margin:6px 0 12px;font-size:12.5px}
 th,td{border:1px solid #d5d5d5;padding:3px 6px;text-align:left;vertical-align:top}
 th{background:#f2f2f2}th.cap,td.cap{min-width:240px}td.num{text-align:right;white-space:nowrap;font-variant-numeric:tabular-nums}
-tr.yes td{background:#fff4f2}.muted{color:#777}.small{font-size:12px}
+tr.yes td{background:#fff4f2}tr.mode td{background:#fff4f2}tr.mode.weak td{background:#fffaf0}
+ul.phrasings{margin:2px 0;padding-left:18px}.muted{color:#777}.small{font-size:12px}
 .verdict-supported{color:#b03020;font-weight:600}.verdict-inconclusive{color:#a06000}
 .verdict-not-supported{color:#666}
 figure{margin:8px 0 16px}figure img{max-width:100%;height:auto;border:1px solid #eee}
@@ -266,7 +268,8 @@ def render_run(run: RunReport, rid: str, *, heading: str = "h2") -> str:
              "<dl class='meta'>" + "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in meta.items()) + "</dl>",
              "<details><summary class='small'>backends and configuration</summary><dl class='meta'>"
              + "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in config.items()) + "</dl></details>"]
-    parts += ["<h3>Confirmed findings at a glance</h3>", summary_block(run, emb, rid)]
+    parts += ["<h3>Failure modes</h3>", modes_block(run, rid),
+              "<h3>Confirmed findings at a glance</h3>", summary_block(run, emb, rid)]
     if run.answer:
         parts.append(conclusion(run.answer))
     parts += ["<h3>Findings: every number</h3>", _findings(run, rid)]
@@ -368,12 +371,12 @@ def render_report(runs: list[RunReport], title: str | None = None,
     if len(runs) > 1:
         rows = "".join(
             f"<tr><td><a href='#r{i}'>{esc(r.label or r.run_id)}</a></td><td>{esc(r.run_id)}</td>"
-            f"<td>{esc(r.status)}</td><td class='num'>{len(r.findings)}</td>"
+            f"<td>{esc(r.status)}</td><td class='num'>{len(r.modes)}</td><td class='num'>{len(r.findings)}</td>"
             f"<td class='num'>{sum(t.purpose == 'discovery' for t in r.tests)}</td>"
             f"<td class='num'>{r.budget.images_used:,}</td></tr>" for i, r in enumerate(runs))
         body.append("<div class='scroll'><table class='overview'><thead><tr><th>class</th><th>run</th><th>status</th>"
-                    f"<th>findings</th><th>discovery tests</th><th>images</th></tr></thead><tbody>{rows}</tbody>"
-                    "</table></div>")
+                    "<th>failure modes</th><th>findings</th><th>discovery tests</th><th>images</th></tr></thead>"
+                    f"<tbody>{rows}</tbody></table></div>")
     if audit is not None:
         body.append(render_audit(audit))
     body += [render_run(r, f"r{i}") for i, r in enumerate(runs)]

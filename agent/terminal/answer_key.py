@@ -15,6 +15,15 @@ def _ratio(v: dict[str, Any]) -> str:
     return f"{x(v['ratio'])}× [{x(low)}, {x(high)}] ({v['k']}/{v['n']} vs {v['baseline_k']}/{v['baseline_n']})"
 
 
+def found_by(p: dict[str, Any], modes: dict[str, list[str]]) -> str:
+    """``mode m3 (f3, f4, f18, f25)``: the failure modes whose findings name the plant, each with all its findings
+    (the findings themselves for a key without modes)."""
+    named = [m for m in p.get("modes", []) if m in modes]
+    if not named:
+        return ", ".join(p["findings"])
+    return f"mode{'s' * (len(named) != 1)} " + ", ".join(f"{m} ({', '.join(modes[m])})" for m in named)
+
+
 def render_answer_key(key: dict[str, Any]) -> RenderableType:
     planted = key["planted"]
     head = Text.assemble(
@@ -30,10 +39,10 @@ def render_answer_key(key: dict[str, Any]) -> RenderableType:
         line = Text.assemble(("• ", ""), (p["name"], "bold"), f" ({what}; oracle {_ratio(p['oracle'])}): ")
         if p["kind"] == "bug":
             line.append("FOUND" if p["found"] else "MISSED", style="bold green" if p["found"] else "bold red")
-            line.append(f" by {', '.join(p['findings'])}: " if p["found"] else ": ")
+            line.append(f" by {found_by(p, key.get('modes', {}))}: " if p["found"] else ": ")
             line.append(p["why"] + ".", style="" if p["found"] else "yellow")
         else:
-            named = f" Named by {', '.join(p['findings'])}." if p["findings"] else " No finding names it."
+            named = f" Named by {found_by(p, key.get('modes', {}))}." if p["findings"] else " No finding names it."
             line.append("a decoy, which the classifier was trained to ignore." + named)
         lines.append(line)
     real = [f for f in key["findings"] if f["real"]]

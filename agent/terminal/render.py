@@ -22,6 +22,7 @@ from sleuth.agent.events import (
     ErrorEvent,
     Event,
     Finding,
+    ModePlaced,
     PlannerTurn,
     RunFinished,
     RunStarted,
@@ -29,6 +30,7 @@ from sleuth.agent.events import (
     ToolReturned,
     UserMessage,
 )
+from sleuth.agent.modes import FOUNDED
 from sleuth.tools import investigation_tools, record_finding
 from sleuth.tools.findings import Finding as FindingModel
 from sleuth.tools.text import Line
@@ -176,6 +178,18 @@ def _finding(e: Finding) -> RenderableType:
         return Group(title, table)
 
 
+def _mode(e: ModePlaced) -> RenderableType:
+    """One line: a mode formed by a finding (what its failures show, else the label they go to), or a finding
+    joining a mode as another phrasing of its cause, with the reason."""
+    head = Text.assemble(("mode ", "bold magenta"), (e.mode_id, "bold magenta"))
+    if e.reason.startswith(FOUNDED.split(":", 1)[0]):  # "a cause of its own", whatever detail follows
+        what = e.idea or (f"fails as {', '.join(e.labels)}" if e.labels else "")
+        head.append(f" formed by {e.finding_id}" + (f": {what}" if what else ""))
+    else:
+        head.append(f": {e.finding_id} joins — {e.reason}")
+    return head
+
+
 def _error(e: ErrorEvent) -> RenderableType:
     where = f" in {e.where}" if e.where else ""
     parts: list[RenderableType] = [Text(f"error{where}: {e.message}", style="bold red")]
@@ -205,6 +219,8 @@ def render_event(event: Event) -> RenderableType | None:
         return Text(f"› {event.text}", style="bold")
     if isinstance(event, Finding):
         return _finding(event)
+    if isinstance(event, ModePlaced):
+        return _mode(event)
     if isinstance(event, RunFinished):
         return _run_finished(event)
     if isinstance(event, ErrorEvent):

@@ -1,5 +1,7 @@
-"""The findings tables: confirmed findings in one table, every other test in a second; the rest are counted.
+"""The findings tables: failure modes first, then confirmed findings, then every other test; the rest are counted.
 
+A failure mode (agent/modes.py) is one row with its one claim, its best-evidenced finding's confirmation, in the
+words ``agent/mode_summary.py`` gives every view (a weak claim in words); its other findings are its phrasings.
 Confirmed findings show their confirmation on fresh seeds (the effect corrected for selection where the
 confirmation gives one), its adjusted p and whether counterfactual edits of the attribute caused failures: one row
 per finding. Model-written text goes into ``Text`` cells, never through rich's markup.
@@ -7,6 +9,7 @@ per finding. Model-written text goes into ``Text`` cells, never through rich's m
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from rich import box
@@ -14,6 +17,15 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from sleuth.agent.mode_summary import (
+    ModeSummary,
+    counts_text,
+    effect_text,
+    fails_as,
+    mode_ids,
+    p_text,
+    phrasings_text,
+)
 from sleuth.tools import stats
 from sleuth.tools.findings import Finding
 from sleuth.tools.investigation import Investigation, Test
@@ -58,30 +70,75 @@ def _test(inv: Investigation, tid: str) -> Test | None:
     return next((t for t in inv.tests if t.id == tid), None)
 
 
-def counterfactual_verdict(inv: Investigation, f: Finding) -> str:
-    """Did editing the attribute into images cause failures (exact McNemar against control edits)?"""
+def edits_verdict(inv: Investigation, f: Finding) -> str:
+    """Did editing the attribute into images cause failures (exact McNemar against control edits)? In one word."""
     cf = f.counterfactual
     if cf is None:
         return "not tested"
     t = _test(inv, cf.test_id)
-    verdict = t.verdict if t is not None and t.verdict else ("supported" if cf.adjusted_p < inv.alpha
-                                                             else "not supported")
-    return f"{verdict}, p {pv(cf.adjusted_p)}"
+    return t.verdict if t is not None and t.verdict else ("supported" if cf.adjusted_p < inv.alpha else "not supported")
 
 
-def _table(title: str) -> Table:
-    # No vertical rules: the numbers keep their room, and a pipe gets plain aligned columns.
-    return Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+def counterfactual_verdict(inv: Investigation, f: Finding) -> str:
+    """The edits' verdict with its adjusted p."""
+    verdict = edits_verdict(inv, f)
+    return verdict if f.counterfactual is None else f"{verdict}, p {pv(f.counterfactual.adjusted_p)}"
 
 
-def confirmed_table(inv: Investigation) -> RenderableType:
-    """One row per confirmed finding: caption, confirmation counts, ratio with interval, adjusted p, edits."""
+def _table(title: str, *, narrow: bool = False) -> Table:
+    # No vertical rules: the numbers keep their room, and a pipe gets plain aligned columns (``narrow``: two spaces
+    # between them instead of three, for a table of many columns).
+    return Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
+                 collapse_padding=narrow)
+
+
+def _s(n: int, word: str) -> str:
+    return f"{n} {word}{'s' * (n != 1)}"
+
+
+def modes_table(inv: Investigation, modes: Sequence[ModeSummary]) -> RenderableType | None:
+    """One row per failure mode: what fails (its best finding), the label it fails as, its one claim, the best
+    finding's counterfactual verdict, and its phrasings (None: no mode)."""
+    if not modes:
+        return None
+    by_id = {f.finding_id: f for f in inv.findings}
+    confirmed = sum(1 for f in inv.findings if f.confirmed)
+    table = _table(f"{inv.label}: {_s(len(modes), 'failure mode')} from {_s(confirmed, 'confirmed finding')} "
+                   f"(class baseline {_rate(*_baseline(inv))})", narrow=True)
+    table.add_column("mode", no_wrap=True)
+    # At most 96 columns besides "what fails" (gaps included), so the table fits WIDTH: a weak claim's words and a
+    # long label wrap in their own narrow columns, and the numbers keep their room.
+    table.add_column("what fails", ratio=1, overflow="fold", min_width=20)
+    table.add_column("fails as", max_width=12)
+    table.add_column("confirmation k/n", no_wrap=True)
+    table.add_column("ratio [95% CI]", max_width=18)
+    table.add_column("adj. p", no_wrap=True, justify="right")
+    table.add_column("edits", max_width=13)
+    table.add_column("phrasings", max_width=12)
+    for m in modes:
+        best = by_id.get(m.best)
+        table.add_row(m.mode_id, Text(f"{m.best} {short(m.caption, inv.class_prompt)}"), Text(fails_as(m)),
+                      counts_text(m), Text(effect_text(m, interval=False)), p_text(m),
+                      edits_verdict(inv, best) if best is not None else "not tested", phrasings_text(m))
+    table.caption = ("A failure mode: the findings whose failures show one cause. Its numbers are its best-evidenced "
+                     "finding's confirmation on fresh seeds (ratio corrected for selection; weak: its interval reaches "
+                     "1); edits: that finding's counterfactual edits (their p in the findings table); phrasings: the "
+                     "mode's other findings.")
+    table.caption_justify = "left"
+    return table
+
+
+def confirmed_table(inv: Investigation, modes: Mapping[str, str] | None = None) -> RenderableType:
+    """One row per confirmed finding: caption, confirmation counts, ratio with interval, adjusted p, edits, and the
+    failure mode that holds it (``modes``: finding id -> mode id)."""
     findings = [f for f in inv.findings if f.confirmed]
     if not findings:
         return Text(f"{inv.label}: no confirmed finding (class baseline {_rate(*_baseline(inv))}).", style="bold")
-    table = _table(f"{inv.label}: {len(findings)} confirmed finding{'s' * (len(findings) != 1)} "
+    table = _table(f"{inv.label}: {_s(len(findings), 'confirmed finding')} "
                    f"(class baseline {_rate(*_baseline(inv))})")
     table.add_column("id", no_wrap=True)
+    if modes:
+        table.add_column("mode", no_wrap=True)
     table.add_column("finding", ratio=1, overflow="fold", min_width=24)
     table.add_column("confirmation k/n", no_wrap=True)
     table.add_column("ratio [95% CI]")
@@ -89,7 +146,8 @@ def confirmed_table(inv: Investigation) -> RenderableType:
     table.add_column("counterfactual edits")
     for f in findings:
         c = f.confirmation
-        table.add_row(f.finding_id, Text(short(f.caption, inv.class_prompt)),
+        table.add_row(f.finding_id, *([modes.get(f.finding_id, "–")] if modes else []),
+                      Text(short(f.caption, inv.class_prompt)),
                       f"{c.hypothesis.k}/{c.hypothesis.n} vs {c.baseline.k}/{c.baseline.n}",
                       _ratio(c.effect or c.rate_ratio), pv(c.adjusted_p), counterfactual_verdict(inv, f))
     table.caption = (f"Confirmation on fresh seeds; ratio: failure-rate ratio to the class, corrected for selection "
@@ -134,10 +192,14 @@ def other_tests_table(inv: Investigation, *, show_all: bool = False) -> Renderab
     return Group(table, note) if hidden else table
 
 
-def findings_table(inv: Investigation, *, show_all: bool = False) -> RenderableType:
-    """The confirmed findings, then the other tests."""
+def findings_table(inv: Investigation, *, show_all: bool = False,
+                   modes: Sequence[ModeSummary] | None = None) -> RenderableType:
+    """The failure modes (``modes``, read from the transcript's view), the confirmed findings, then the other
+    tests."""
+    first = modes_table(inv, modes or [])
     other = other_tests_table(inv, show_all=show_all)
-    return Group(confirmed_table(inv), *([Text(""), other] if other is not None else []))
+    return Group(*([first, Text("")] if first is not None else []), confirmed_table(inv, mode_ids(modes or [])),
+                 *([Text(""), other] if other is not None else []))
 
 
 def mitigation_tables(result: MitigationResult) -> list[RenderableType]:

@@ -79,7 +79,8 @@ def _executor(args: argparse.Namespace, config: Any) -> None:
 def _describe(c: dict[str, Any]) -> str:
     rec = c.get("recovery") or {}
     parts = [f"{c['class']}: {c['status']}", f"{c['images']}/{c['image_budget']} images",
-             f"{c['hypotheses_tested']} hypotheses", f"{len(c['findings'])} confirmed findings"]
+             f"{c['hypotheses_tested']} hypotheses",
+             f"{len(c['findings'])} confirmed findings in {len(c.get('modes') or [])} failure mode(s)"]
     if c.get("stopped_by"):
         parts.append(c["stopped_by"])
     if rec.get("resumed"):

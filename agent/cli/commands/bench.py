@@ -99,6 +99,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     d.add_argument("--json", action="store_true", help="Print the results as JSON.")
     d.set_defaults(_bench_run=run_discovery)
 
+    c = sub.add_parser(
+        "compare", help="Two discovery benchmarks side by side, bug by bug (paired McNemar; recall by N images).",
+        description="Pairs the planted bugs of two `sleuth bench discovery` results (their --json output or --out "
+                    "folders) and reports, over the bugs the classifier learned (>= 2x) and those >= 5x: recall on "
+                    "each side, the bugs found on one side only with the exact McNemar p, and the same within --by "
+                    "images. Two planners on the same worlds, or one planner given two budgets (what it has found "
+                    "by N images should not depend on the budget).")
+    c.add_argument("a", metavar="A", help="A benchmark's --json output or --out folder.")
+    c.add_argument("b", metavar="B", help="Another, on the same worlds.")
+    c.add_argument("--planner-a", help="A's planner (default: its only one, or protocol).")
+    c.add_argument("--planner-b", help="B's planner (default: its only one, or protocol).")
+    c.add_argument("--by", default="3000,5000", help="Comma-separated image counts (default 3000,5000).")
+    c.add_argument("--transcripts", action="store_true",
+                   help="Also compare each class's two transcripts call by call: the images until they first differ "
+                        "(a planner given two budgets should make the same calls until the smaller one binds).")
+    c.add_argument("--json", action="store_true", help="Print the comparison as JSON.")
+    c.set_defaults(_bench_run=run_compare)
+
 
 def run(args: argparse.Namespace) -> int:
     handler = getattr(args, "_bench_run", None)
@@ -245,6 +263,50 @@ def run_discovery(args: argparse.Namespace) -> int:
     else:
         out_console.print(discovery_table(out))
     out_console.print(f"Transcripts and bench.json in {root}", markup=False)
+    return 0
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from sleuth.agent.bench.compare import compare, load_runs, planners_of
+    from sleuth.agent.bench.table import compare_table
+
+    try:
+        a, b = load_runs(args.a), load_runs(args.b)
+        by = [int(x) for x in args.by.split(",") if x.strip()]
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+
+    def planner(runs: list[dict[str, object]], given: str | None, side: str) -> str:
+        names = planners_of(runs)
+        if given is not None:
+            if given not in names:
+                raise UsageError(f"--planner-{side}: {given!r} has no runs there (planners: {', '.join(names)})")
+            return given
+        if len(names) == 1:
+            return names[0]
+        if "protocol" in names:
+            return "protocol"
+        raise UsageError(f"{side.upper()} holds several planners ({', '.join(names)}): name one with --planner-{side}")
+
+    pa, pb = planner(a, args.planner_a, "a"), planner(b, args.planner_b, "b")
+    out = compare(a, b, pa, pb, by)
+    if args.transcripts:
+        from sleuth.agent.bench.compare import agreement
+
+        out["transcripts"] = agreement(a, b, pa, pb, max(by) if by else 0)
+    if args.json:
+        print(json.dumps(out, indent=2))
+    else:
+        console = Console()
+        console.print(compare_table(out, str(args.a), str(args.b)))
+        t = out.get("transcripts")
+        if t is not None:
+            console.print(f"Transcripts: {t['agree']} of {t['classes']} classes made the same calls with the same "
+                          f"results until {t['by']:,} images or more" + (": differ " + "; ".join(t["differ_before"])
+                                                                        if t["differ_before"] else "."),
+                          markup=False)
     return 0
 
 

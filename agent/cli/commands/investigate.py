@@ -6,8 +6,9 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sleuth.agent.cli.flags import (
     add_backend_arguments,
@@ -17,6 +18,10 @@ from sleuth.agent.cli.flags import (
     run_config,
 )
 from sleuth.agent.errors import UsageError
+
+if TYPE_CHECKING:
+    from sleuth.agent.mode_summary import ModeSummary
+    from sleuth.agent.view import InvestigationView
 
 NAME = "investigate"
 HELP = "Investigate one class: find failure hypotheses, test, refine, confirm, and record findings."
@@ -35,12 +40,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_planner_arguments(p)
 
 
-def summary(session: Any, result: Any, seconds: float) -> dict[str, Any]:
-    """What ``--json`` prints: the run's outcome and its findings (``FindingSummary``, as an audit's summary.json)."""
+def summary(session: Any, result: Any, seconds: float, modes: Sequence[ModeSummary] = ()) -> dict[str, Any]:
+    """What ``--json`` prints: the run's outcome, its failure modes (``ModeSummary``) and its findings
+    (``FindingSummary``, each with the id of its mode), as an audit's summary.json has them."""
+    from sleuth.agent.mode_summary import mode_ids
     from sleuth.tools.findings import FindingSummary
 
     inv = session.investigation
     base = inv.baselines.get("discovery")
+    ids = mode_ids(modes)
     return {
         "class": inv.label,
         "status": result.status,
@@ -49,20 +57,21 @@ def summary(session: Any, result: Any, seconds: float) -> dict[str, Any]:
         "seconds": round(seconds, 2),
         "transcript": str(session.transcript),
         "hypotheses_tested": len([t for t in inv.tests if t.purpose == "discovery"]),
-        "findings": [FindingSummary.of(inv.label, f).model_dump(mode="json") for f in inv.findings],
+        "modes": [m.model_dump(mode="json") for m in modes],
+        "findings": [{**FindingSummary.of(inv.label, f).model_dump(mode="json"), "mode_id": ids.get(f.finding_id)}
+                     for f in inv.findings],
         "answer": result.answer,
     }
 
 
-def answer_key(config: Any, out: dict[str, Any]) -> dict[str, Any]:
-    """The answer key of a finished toyworld run, from its closed transcript and the world's oracle."""
+def answer_key(config: Any, out: dict[str, Any], view: InvestigationView) -> dict[str, Any]:
+    """The answer key of a finished toyworld run, from its closed transcript's view and the world's oracle."""
     from sleuth.agent.bench.reveal import answer_key as key_of
-    from sleuth.agent.view import InvestigationView
     from sleuth.tools.backends.toyworld.config import load_world
 
     world = load_world(config.backends.world)
-    return key_of(world, config.label, InvestigationView.from_transcript(out["transcript"]),
-                  [f for f in out["findings"] if f["confirmed"]], criterion=config.criterion)
+    return key_of(world, config.label, view, [f for f in out["findings"] if f["confirmed"]],
+                  criterion=config.criterion)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -78,11 +87,13 @@ def run(args: argparse.Namespace) -> int:
     from rich.text import Text
 
     from sleuth.agent.events import ErrorEvent
+    from sleuth.agent.mode_summary import mode_summaries
     from sleuth.agent.session import Session, new_run_dir
     from sleuth.agent.terminal.progress import ProgressBars
     from sleuth.agent.terminal.render import render_event
     from sleuth.agent.terminal.tables import console as make_console
     from sleuth.agent.terminal.tables import findings_table
+    from sleuth.agent.view import InvestigationView
     from sleuth.tools.registry import ToolError
 
     console = make_console(stderr=args.json)
@@ -110,8 +121,12 @@ def run(args: argparse.Namespace) -> int:
     with bars:
         result = session.run(planner)
     seconds = time.perf_counter() - t0
-    out = summary(session, result, seconds)
-    key = answer_key(config, out) if args.reveal else None  # the transcript is closed: nothing reaches the planner
+    # The modes as the closed transcript records them: the same ones a replay, the report and an audit read.
+    view = InvestigationView.from_transcript(session.transcript)
+    modes = mode_summaries(view)
+    out = summary(session, result, seconds, modes)
+    # The transcript is closed: nothing of the answer key reaches the planner.
+    key = answer_key(config, out, view) if args.reveal else None
     if key is not None:
         out["answer_key"] = key
     if args.json:
@@ -123,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
             console.print(Text(f"error: {errors[-1]}", style="bold red"))
         console.print(Text("The run stopped with an error before testing anything.", style="red"))
     else:
-        console.print(findings_table(session.investigation))
+        console.print(findings_table(session.investigation, modes=modes))
         console.print(f"{out['images']} images, {seconds:.1f} s. Transcript: {session.transcript}", markup=False)
         console.print(f"Replay it with: sleuth replay {session.transcript}", markup=False)
         if key is not None:
