@@ -7,16 +7,17 @@ measured, never the world behind the images:
 - **what the failures show** (a caption's *idea*): the captions of its failed images (``caption_failures`` on its
   screen or test) share sentences that neither the class's own failures nor, on average, the other captioned
   captions' failures do (``idea_of``);
-- **how they fail**: the wrong labels its failures go to;
+- **how they fail**: the wrong labels its failures go to, and how often they fail;
 - **what the caption says**: its sentences and content words.
 
 Two captions are phrasings of one cause (``link``) when neither fails mostly as a wrong label the other seldom fails
-as, and their failures read alike (each one's most shared sentence is among the other's), or one caption states in so
-many words what the other's failures show, or one holds every content word of the other (a narrower or a wider
-phrasing whose failures do not say otherwise). The protocol planner asks the same question of a candidate before it
-spends images on it (a phrasing of a mode waits), and the runner asks it of every finding recorded (``ModeBook``),
-writing each placement as a ``mode`` event: the transcript, the view, the report, audits and ``--json`` all read
-the same modes.
+as, and their failures read alike (each one's most shared sentence is among the other's) at failure rates that do
+not differ (phrasings of one cause fail alike: two colours the captioner names alike but that fail at 20% and 60% are
+two causes), or one caption states in so many words what the other's failures show, or one holds every content word
+of the other (a narrower or a wider phrasing whose failures do not say otherwise). The protocol planner asks the same
+question of a candidate before it spends images on it (a phrasing of a mode waits), and the runner asks it of every
+finding recorded (``ModeBook``), writing each placement as a ``mode`` event: the transcript, the view, the report,
+audits and ``--json`` all read the same modes.
 
 A mode's claim is its *best-evidenced* finding's confirmation (the smallest adjusted p, then the highest lower end
 of the corrected effect): one number per mode, the same in every view, a member of the confirmation family like
@@ -47,6 +48,9 @@ of most images of the class ("it is on the road" of a bicycle) says nothing of w
 the class seldom fails."""
 OTHER_SHARE = 0.2
 """A wrong label under this share of a caption's failures is not one it fails as (``fails_otherwise``)."""
+SPLIT_P = 0.01
+"""Two captions whose failures read alike but whose failure rates differ at this two-sided level (Fisher's exact
+test) are two causes (``rates_differ``): phrasings of one cause fail alike."""
 
 
 def content_key(caption: str) -> frozenset[str]:
@@ -160,6 +164,9 @@ class Trace:
     class_prompt: str = ""
     target: str | None = None
     """The wrong label it was tested for, if any (a caption of one cluster of failures names it)."""
+    k: int = 0
+    n: int = 0
+    """Its failures in its latest measurement: a finding's confirmation, a candidate's test or pooled screen."""
 
     @property
     def words(self) -> frozenset[str]:
@@ -177,6 +184,15 @@ class Trace:
         if not most or most[0][1] < 2 or 2 * most[0][1] <= sum(self.labels.values()):
             return None
         return most[0][0]
+
+
+def rates_differ(a: Trace, b: Trace) -> bool:
+    """Whether the two failure rates differ at SPLIT_P (two-sided Fisher exact test; never without both)."""
+    if not a.n or not b.n:
+        return False
+    from scipy.stats import fisher_exact  # only once two rates are compared
+
+    return float(fisher_exact([[a.k, a.n - a.k], [b.k, b.n - b.k]]).pvalue) < SPLIT_P
 
 
 def fails_otherwise(a: Trace, b: Trace) -> bool:
@@ -215,7 +231,7 @@ def link(a: Trace, b: Trace, b_name: str = "", *, symmetric: bool = True) -> Lin
     if fails_otherwise(a, b) or (symmetric and fails_otherwise(b, a)):
         return None
     name = b_name or repr(b.caption)
-    if a.idea.same(b.idea):
+    if a.idea.same(b.idea) and not rates_differ(a, b):
         return Link("idea", f"its failures read as {name}'s: {a.idea.top!r}")
     if a.idea.top is not None and a.idea.top in b.sentences and a.idea.top in b.idea.sentences:
         return Link("states", f"{name}'s caption says what its failures show: {a.idea.top!r}")

@@ -342,7 +342,8 @@ class InvestigationView:
                     labels[x.label] += x.count
             got = self.captioned.get(caption_key(f.caption))
             idea = ideas.get(got[0]) if got is not None else None
-            out[f.finding_id] = Trace(f.caption, labels, idea or Idea(), prompt)
+            c = f.confirmation.hypothesis
+            out[f.finding_id] = Trace(f.caption, labels, idea or Idea(), prompt, k=c.k, n=c.n)
         return out
 
     def unplaced(self) -> list[record_finding.Result]:

@@ -137,3 +137,13 @@ def test_a_restored_book_places_the_rest_as_it_would_have() -> None:
     placed = copy.place("f2", storm, traces)
     assert placed.mode.mode_id == "m1" and copy.mode_of("f2") is placed.mode
     assert book.mode_of("f2") is None  # the copy is a copy
+
+
+def test_failures_that_read_alike_at_different_rates_are_two_causes() -> None:
+    golden = Trace(f"{PROMPT} golden.", Counter({"fox": 9}), Idea(frozenset({"the cat is yellow"}),
+                                                                  "the cat is yellow"), PROMPT, k=9, n=30)
+    orange = Trace(f"{PROMPT} orange.", Counter({"fox": 28}), golden.idea, PROMPT, k=28, n=30)
+    amber = Trace(f"{PROMPT} amber.", Counter({"fox": 12}), golden.idea, PROMPT, k=12, n=30)
+    assert link(orange, golden) is None  # 93% against 30% (Fisher p < 0.01): not one cause
+    assert link(amber, golden).kind == "idea"  # 40% against 30%: alike
+    assert link(Trace(orange.caption, orange.labels, orange.idea, PROMPT), golden).kind == "idea"  # no rate: captions

@@ -177,6 +177,15 @@ def test_a_finding_is_recorded_when_confirmed_and_its_counterfactual_added_when_
     assert [g.model_dump() for g in load_run(session.transcript).findings] == [f.model_dump()]
 
 
+def measured(k: int, n: int, **labels: int) -> measure_rate.Result:
+    """A test or confirmation of ``k`` failures in ``n`` images (against 10/300), failing as ``labels``."""
+    return measure_rate.Result(
+        test_id="t", caption="c", purpose="confirmation", mode="sample", baseline=stats.binomial_rate(10, 300),
+        p_value=0.0, adjusted_p=0.0, family_size=1, adjust_method="holm", verdict="supported",
+        hypothesis=SampleSummary(prompt="p", failures=stats.binomial_rate(k, n), seeds=(0, n - 1),
+                                 confusions=[Confusion(label=lab, count=c) for lab, c in labels.items()]))
+
+
 def test_the_session_declares_the_planners_family_and_records_it(tmp_path):
     assert confirmations_by_budget(2_000) == 10 and confirmations_by_budget(10_000) == 40
     assert confirmations_by_budget(20_000) == 80 and confirmations_by_budget(100_000) == 80
@@ -310,10 +319,9 @@ def test_a_finding_that_fails_as_several_labels_claims_each_it_often_fails_as():
     assert not planner._repeats(kitchen, [finding]) and kitchen.state != "other"
 
 
-def test_tests_go_distinct_first_then_by_the_evidence_of_their_screens():
+def test_tests_go_by_the_evidence_of_their_screens():
     """Surest first: the posterior probability of failing at the pass's target, then the posterior mean rate; a
-    wrong label or a kind that already has findings costs nothing. A phrasing of a finding tested in its own right
-    waits for every distinct candidate, however strong its own screen."""
+    wrong label or a kind that already has findings costs nothing."""
     planner = ProtocolPlanner("cat", CAT)
     planner._p0 = 0.03
     t = PASSES[0]
@@ -323,9 +331,6 @@ def test_tests_go_distinct_first_then_by_the_evidence_of_their_screens():
     unsure = Candidate("d", "background", k=1, n=3, confusions=Counter({"fence": 1}))
     assert plausibility(6, 12, 0.03, t) > 0.999 and plausibility(1, 3, 0.03, t) < 0.9
     assert [c.caption for c in planner._order([unsure, weak, weaker, strong], t)] == ["a", "b", "c", "d"]
-    planner._pass = 1
-    strong.own_test = 1  # waited as another phrasing of a finding; tested in its own right with what is left
-    assert [c.caption for c in planner._order([strong, weak, weaker, unsure], PASSES[1])] == ["b", "c", "d", "a"]
 
 
 def test_a_new_pass_looks_again_at_what_the_first_dropped():
@@ -510,29 +515,22 @@ def test_each_pass_confirms_against_as_many_baseline_images_as_its_tests_have():
     assert planner._confirm_cost(PASSES[1]) == PASSES[1].first_n + 500
 
 
-def test_a_phrasing_a_later_pass_singles_out_is_tested_in_its_own_right_at_the_end_of_that_pass():
+def test_failures_that_read_alike_at_another_rate_are_a_cause_of_their_own():
+    """Phrasings of one cause fail alike: a candidate whose failures the captioner reads as a finding's, but which
+    fails at a clearly different rate, is tested as a distinct candidate; one at the finding's rate waits."""
     planner = ProtocolPlanner("bicycle", "a realistic photograph of a bicycle")
-    planner._p0 = 0.02
     idea = Idea(frozenset({"the bicycle is orange"}), "the bicycle is orange")
     golden = Candidate("a realistic photograph of a golden bicycle", "adjective", target="car", idea=idea)
-    finding = Found(golden, None, None, "car")  # type: ignore[arg-type]
-    strong = Candidate("a realistic photograph of an orange bicycle", "adjective", target="car", k=8, n=80,
-                       idea=idea)
-    weak = Candidate("a realistic photograph of an amber bicycle", "adjective", target="car", k=3, n=80, idea=idea)
-    assert planner._repeats(strong, [finding]) and planner._repeats(weak, [finding])
-    assert strong.state == weak.state == "other"
-    # 8/80 against a class failing 2%: surely above the 2x pass's 4%, not the 3x pass's 7%.
-    assert plausibility(8, 80, 0.02, PASSES[1]) >= protocol.TEST_AT > plausibility(8, 80, 0.02, PASSES[0])
-    cands = [golden, strong, weak]
-    assert planner._due_phrasings(cands, PASSES[0], 0) == []  # the first pass's phrasings fail as strongly
-    planner._pass = 1
-    assert planner._due_phrasings(cands, PASSES[1], 1) == [strong]
-    assert strong.state == "test" and weak.state == "other"
-    assert not planner._repeats(strong, [finding])  # tested in its own right in this pass, whatever it reads as
-    strong.state = "other"
-    assert planner._due_phrasings(cands, PASSES[1], 1) == []  # once a pass
-    planner._pass = 2
-    assert planner._repeats(strong, [finding])  # a later pass reads it as a phrasing again
+    finding = Found(golden, None, measured(24, 100), "car")
+    alike = Candidate("a realistic photograph of an orange bicycle", "adjective", target="car", k=10, n=40,
+                      idea=idea)
+    stronger = Candidate("a realistic photograph of an amber bicycle", "adjective", target="car", k=30, n=40,
+                         idea=idea)
+    assert planner._repeats(alike, [finding]) and alike.state == "other"
+    assert not planner._repeats(stronger, [finding]) and stronger.state != "other"
+    # With no rate to compare (a screen not yet looked at), the captions decide.
+    assert planner._repeats(Candidate("a realistic photograph of a copper bicycle", "adjective", target="car",
+                                      idea=idea), [finding])
 
 
 def test_the_images_kept_back_for_a_test_go_to_the_surest_open_candidate_when_screening_stops():
@@ -558,7 +556,7 @@ def test_the_images_kept_back_for_a_test_go_to_the_surest_open_candidate_when_sc
     assert phrasing.state == "open" and dropped.state == "dropped" and unseen.state == "open"
 
 
-def test_in_a_later_pass_the_last_shot_may_be_a_phrasing_whose_screen_the_pass_singles_out():
+def test_the_last_shot_is_never_a_phrasing_however_sure_its_screen():
     planner = ProtocolPlanner("bicycle", "a realistic photograph of a bicycle")
     planner._p0 = 0.01
     idea = Idea(frozenset({"the bicycle is orange"}), "the bicycle is orange")
@@ -566,43 +564,10 @@ def test_in_a_later_pass_the_last_shot_may_be_a_phrasing_whose_screen_the_pass_s
                     None, None, "car")  # type: ignore[arg-type]
     waiting = Candidate("a realistic photograph of an orange bicycle", "adjective", target="car", k=9, n=80,
                         state="other", idea=idea)
-    faint = Candidate("a realistic photograph of an amber bicycle", "adjective", target="car", k=1, n=80,
-                      state="other", idea=idea)
     ladder = Candidate("a realistic photograph of a bicycle in a tunnel", "background", k=4, n=80, state="open")
-    cands = [ladder, faint, waiting]
-    t = PASSES[1]
-    assert planner._judge(waiting, t) == "test" and planner._judge(faint, t) != "test"
-    assert planner._last_shot(cands, [finding], PASSES[0]) is ladder  # the first pass: no phrasing is a shot
-    ladder.state = "open"
     planner._pass = 1
-    assert planner._last_shot(cands, [finding], t) is waiting  # 9/80 is surer than 4/80
-    assert waiting.state == "test" and waiting.own_test == 1 and not planner._repeats(waiting, [finding])
-    assert planner._last_shot(cands, [finding], t) is ladder
-    assert planner._last_shot(cands, [finding], t) is None and faint.state == "other"
-
-
-def test_a_phrasing_that_stopped_climbing_before_its_screen_could_single_it_out_climbs_again_at_the_pass_end():
-    planner = ProtocolPlanner("bicycle", "a realistic photograph of a bicycle")
-    planner._p0 = 0.015
-    idea = Idea(frozenset({"the bicycle is orange"}), "the bicycle is orange")
-
-    def phrasing(word: str, k: int, n: int) -> Candidate:
-        return Candidate(f"a realistic photograph of a{word} bicycle", "adjective", target="car", k=k, n=n,
-                         state="other", idea=idea)
-
-    short, faint, ready = phrasing("n orange", 5, 48), phrasing("n amber", 0, 80), phrasing(" copper", 20, 200)
-    cands = [short, faint, ready]
-    t = PASSES[1]
-    # 5/48 is plausibly above the 2x pass's 3.5%, but 48 screening images are short of the 80 a test needs.
-    assert planner._judge(short, t) == "open" and planner._judge(faint, t) == "dropped"
-    assert planner._reopened_phrasings(cands, PASSES[0], 0) == []  # the first pass's phrasings wait
-    planner._pass = 1
-    assert planner._due_phrasings(cands, t, 1) == [ready]
-    assert planner._reopened_phrasings(cands, t, 1) == [short]
-    assert short.state == "open" and short.own_test == 1 and faint.state == "other"
-    ready.state = "tested"
-    assert planner._screen_plan(t, cands) == [(short, 80 - 48)]  # one rung up, in its own right
-    assert planner._reopened_phrasings(cands, t, 1) == []  # once a pass
+    assert planner._last_shot([waiting, ladder], [finding], PASSES[1]) is ladder
+    assert planner._last_shot([waiting, ladder], [finding], PASSES[1]) is None and waiting.state == "other"
 
 
 def test_a_tested_candidate_is_read_as_the_runner_reads_a_finding():
@@ -616,6 +581,6 @@ def test_a_tested_candidate_is_read_as_the_runner_reads_a_finding():
     finding = Found(lot, None, None, "chainlink fence")  # type: ignore[arg-type]
     finding.labels = lambda: Counter({"chainlink fence": 40, "fox": 4})  # type: ignore[method-assign]
     assert planner._repeat_of(grey, [finding]) is None  # its screen failed as fox, which the finding seldom does
-    grey.tested = Counter({"chainlink fence": 20, "fox": 6})
+    grey.tested, grey.tested_k, grey.tested_n = Counter({"chainlink fence": 20, "fox": 6}), 26, 200
     assert grey.trace(CAT).target is None and grey.trace(CAT).top_label() == "chainlink fence"
     assert planner._repeat_of(grey, [finding]) is finding and not grey.worded

@@ -144,12 +144,13 @@ class Candidate:
     """The captions of its failures read last (a screen look's or a supported test's)."""
     tested_in: int = -1
     """The last pass that tested it."""
-    own_test: int = -1
-    """The pass that tests it in its own right though it reads as a finding's phrasing (``_due_phrasings``)."""
     source: str = "vocabulary"
     """Who proposed it: the failure captions and the vocabulary, or a language model ('llm')."""
     tested: Counter[str] = field(default_factory=Counter)
     """The wrong labels of its supported test's failures (``_read``)."""
+    tested_k: int = 0
+    tested_n: int = 0
+    """Its supported test's failures and images."""
     worded: bool = False
     """Its caption narrows or widens a finding's (a phrasing by its words, not only by its failures): it says nothing
     the finding's caption does not, or adds to it, so it is never tested in its own right."""
@@ -163,9 +164,9 @@ class Candidate:
     def trace(self, class_prompt: str) -> Trace:
         """What its screens and tests measured of its cause (agent/modes.py): the wrong labels of its test once it has
         one, else of its screen (and the label a cluster of failures gave it)."""
-        if self.tested:
-            return Trace(self.caption, self.tested, self.idea, class_prompt)
-        return Trace(self.caption, self.confusions, self.idea, class_prompt, self.target)
+        if self.tested_n:
+            return Trace(self.caption, self.tested, self.idea, class_prompt, k=self.tested_k, n=self.tested_n)
+        return Trace(self.caption, self.confusions, self.idea, class_prompt, self.target, k=self.k, n=self.n)
 
 
 def _named(cands: list[Candidate], p0: float) -> str:
@@ -206,7 +207,9 @@ class Found:
 
     def trace(self, class_prompt: str) -> Trace:
         """What its tests measured of its cause, its idea as its candidate reads now (agent/modes.py)."""
-        return Trace(self.candidate.caption, self.labels(), self.candidate.idea, class_prompt, self.label)
+        c = self.confirmation.hypothesis if self.confirmation is not None else None
+        return Trace(self.candidate.caption, self.labels(), self.candidate.idea, class_prompt, self.label,
+                     k=c.failures.k if c is not None else 0, n=c.failures.n if c is not None else 0)
 
 
 class ProtocolPlanner(ScriptPlanner):
@@ -508,25 +511,11 @@ class ProtocolPlanner(ScriptPlanner):
                         continue  # the re-judged screen singled out candidates: test them first
                     later = self._release(cands) if not released else []
                     released = True
-                    due = self._due_phrasings(cands, t, i)
-                    reopened = [] if due else self._reopened_phrasings(cands, t, i)
                     if later:
                         yield self.turn(
                             f"The rest of the {t.name} pass is screened and tested; now the {len(later)} candidates "
                             "that waited because findings of their kind already fail as their wrong label"
                             + _named(later, self._p0) + ".")
-                    if due:
-                        yield self.turn(
-                            f"The {t.name} pass is screened and tested; {len(due)} that waited as another phrasing of "
-                            "a finding have screens it singles out" + _named(due, self._p0) + ", so each is tested "
-                            "in its own right, surest first with the rest: one that fails on fresh seeds is a finding "
-                            "too, listed with the one it rephrases.")
-                    if reopened:
-                        yield self.turn(
-                            f"The {t.name} pass is screened and tested; {len(reopened)} that waited as another "
-                            "phrasing of a finding before their screens could single them out"
-                            + _named(reopened, self._p0) + " climb the ladder again in their own right.")
-                    if later or due or reopened:
                         continue
                     break
                 left = self._left()
@@ -543,9 +532,7 @@ class ProtocolPlanner(ScriptPlanner):
                             yield self.turn(
                                 "The images left cannot pay for more screening, but they can pay for a test and a "
                                 "confirmation: I test the surest candidate the screen has not dropped, "
-                                f"{last.caption!r} ({last.k}/{last.n} in the screen)"
-                                + (", in its own right though it reads as another phrasing of a finding."
-                                   if last.own_test == i else "."))
+                                f"{last.caption!r} ({last.k}/{last.n} in the screen).")
                             continue
                         stop = "the images left cannot pay for more screening and still a test and a confirmation"
                         break
@@ -632,12 +619,10 @@ class ProtocolPlanner(ScriptPlanner):
         return 2 * t.first_n
 
     def _order(self, queue: list[Candidate], t: Target) -> list[Candidate]:
-        """Test order: distinct candidates before phrasings of a finding tested in their own right (a mode's
-        phrasing is tested only with what distinct candidates leave), each by the evidence of its screen
-        (``ladder.evidence``: the posterior probability that it fails at the pass's target, then its posterior mean
-        failure rate), then the shortest caption."""
-        return sorted(queue, key=lambda c: (c.own_test == self._pass, *self._rank(c, t), sentences(c.caption),
-                                            c.caption))
+        """Test order: by the evidence of the screen (``ladder.evidence``: the posterior probability that it fails at
+        the pass's target, then its posterior mean failure rate), then the shortest caption; never by order of
+        arrival. Phrasings of a finding are not in the queue: they wait for what the passes leave."""
+        return sorted(queue, key=lambda c: (*self._rank(c, t), sentences(c.caption), c.caption))
 
     def _rank(self, c: Candidate, t: Target) -> tuple[float, float]:
         """Sort key, surest first: ``ladder.evidence`` negated."""
@@ -653,58 +638,16 @@ class ProtocolPlanner(ScriptPlanner):
         return [c for c in cands if c.state == "test"]
 
     def _last_shot(self, cands: list[Candidate], found: list[Found], t: Target) -> Candidate | None:
-        """When the images left pay for a test and a confirmation but no more screening: the candidate most
-        plausibly worth confirming, put in the test queue. The screen keeps back a test and a confirmation's images
-        so that what it singles out can be tested; this spends them on its best guess instead of leaving them unused.
-
-        The guess is one still climbing the ladder (not a finding's phrasing), or, in a later pass, one that waited
-        as a finding's phrasing with a screen the pass singles out, tested in its own right as ``_due_phrasings``
-        would at the pass's end: the budget ends most later passes before then, and such a screen (8/80 where the
-        class fails 1%) is a surer guess than the ladder's 4/80."""
-        open_ = [c for c in cands if c.state == "open" and c.n]
-        if self._pass:
-            open_ += [c for c in cands if c.state == "other" and not c.worded and c.own_test < self._pass
-                      and self._judge(c, t) == "test"]
-        # The surest guess, a phrasing the pass singles out included: with one test left, a screen the pass singles
-        # out is worth more than one still climbing, and a phrasing that fails on its own is a cause of its own.
-        for c in sorted(open_, key=lambda c: (*self._rank(c, t), c.caption)):
-            if c.state == "other":
-                c.own_test = self._pass
-            elif found and (self._repeat_of(c, found) is not None or self._saturated(c, found)):
+        """When the images left pay for a test and a confirmation but no more screening: the candidate still climbing
+        the ladder most plausibly worth confirming (not a finding's phrasing), put in the test queue. The screen keeps
+        back a test and a confirmation's images so that what it singles out can be tested; this spends them on its
+        best guess instead of leaving them unused."""
+        for c in sorted((c for c in cands if c.state == "open" and c.n), key=lambda c: (*self._rank(c, t), c.caption)):
+            if found and (self._repeat_of(c, found) is not None or self._saturated(c, found)):
                 continue
             c.state = "test"
             return c
         return None
-
-    def _due_phrasings(self, cands: list[Candidate], t: Target, i: int) -> list[Candidate]:
-        """At the end of a later pass, the candidates that waited as a finding's phrasing whose screens the pass
-        singles out: back in the test queue, tested and confirmed in their own right (``own_test``). A phrasing that
-        fails at a smaller effect than the finding it reads as is often a failure of its own (two colours the
-        captioner names alike), something the budget can still detect; left waiting for the end of the last pass, it
-        is seldom reached. One the first pass singles out fails as strongly as its finding and waits."""
-        due: list[Candidate] = []
-        if not i:  # a phrasing the first pass singles out fails as strongly as its finding: most likely its idea
-            return due
-        for c in cands:
-            if c.state == "other" and not c.worded and c.own_test < i and self._judge(c, t) == "test":
-                c.state = "test"
-                c.own_test = i
-                due.append(c)
-        return due
-
-    def _reopened_phrasings(self, cands: list[Candidate], t: Target, i: int) -> list[Candidate]:
-        """At the end of a later pass, after ``_due_phrasings``: the candidates that waited as a finding's phrasing
-        before their screens could single them out (a phrasing stops climbing the ladder), though the pass would not
-        drop them yet. They climb it again in their own right, and one it then singles out is tested."""
-        back: list[Candidate] = []
-        if not i:
-            return back
-        for c in cands:
-            if c.state == "other" and not c.worded and c.own_test < i and self._judge(c, t) == "open":
-                c.state = "open"
-                c.own_test = i
-                back.append(c)
-        return back
 
     def _saturated(self, c: Candidate, found: list[Found]) -> bool:
         """Whether KIND_LATER findings of the candidate's kind (background, colour, ...) already fail as its wrong
@@ -778,6 +721,7 @@ class ProtocolPlanner(ScriptPlanner):
         fails from now on (as the runner reads a finding's, agent/modes.py)."""
         if r.hypothesis is not None:
             c.tested = Counter({x.label: x.count for x in r.hypothesis.confusions})
+            c.tested_k, c.tested_n = r.hypothesis.failures.k, r.hypothesis.failures.n
         if r.measurement_id is None:
             return
         (res,) = yield self.turn(
@@ -804,7 +748,7 @@ class ProtocolPlanner(ScriptPlanner):
         failing as a wrong label the finding fails as): it waits for the end, and the finding lists it. One whose
         failures go mostly to a label the finding seldom fails as fails in a way of its own, whatever its captions
         share."""
-        f = None if c.own_test == self._pass else self._repeat_of(c, found)
+        f = self._repeat_of(c, found)
         if f is None:
             return False
         f.phrasings.append(c.caption)
@@ -821,7 +765,7 @@ class ProtocolPlanner(ScriptPlanner):
             theirs = f.trace(self.class_prompt)
             # A tested candidate is read as the runner reads a finding (both ways); a screen's few failures cannot yet
             # say which labels it fails as, so only its own is held against the finding's.
-            got = link(me, theirs, symmetric=bool(c.tested))
+            got = link(me, theirs, symmetric=bool(c.tested_n))
             if got is not None and got.kind in kinds and (best is None or got.strength > best[0]):
                 best = (got.strength, f, bool(me.words) and (me.words <= theirs.words or theirs.words <= me.words))
         if best is None:
