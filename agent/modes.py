@@ -237,8 +237,9 @@ def link(a: Trace, b: Trace, b_name: str = "", *, symmetric: bool = True) -> Lin
         return Link("states", f"{name}'s caption says what its failures show: {a.idea.top!r}")
     if b.idea.top is not None and b.idea.top in a.sentences and b.idea.top in a.idea.sentences:
         return Link("states", f"its caption says what {name}'s failures show: {b.idea.top!r}")
-    ideas = a.idea.top is not None and b.idea.top is not None
-    if a.words and a.words < b.words and (not ideas or a.idea.top in b.idea.sentences):
+    # Saying part of another caption links only where the failures agree: "a black shark" says part of "... the shark
+    # is black. it is in the water." without being its cause until its own failures show what that one's do.
+    if a.words and a.words < b.words and a.idea.top is not None and a.idea.top in b.idea.sentences:
         return Link("narrower", f"it says part of {name}'s caption, and no more")
     if b.words and b.words <= a.words:
         return Link("wider", f"it holds every word of {name}'s caption")

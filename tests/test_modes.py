@@ -63,6 +63,8 @@ def test_shared_words_link_only_where_the_failures_do_not_say_otherwise() -> Non
     assert link(narrow, wider).kind == "narrower"
     elsewhere = trace(f"{PROMPT} on rocks.", "the cat is white")  # its failures show something else
     assert link(elsewhere, wider) is None
+    unread = trace(f"{PROMPT} on rocks.")  # no failures captioned yet: part of the words is not yet the cause
+    assert link(unread, wider) is None
 
 
 def test_a_failure_to_another_label_is_a_cause_of_its_own() -> None:
