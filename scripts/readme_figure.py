@@ -1,10 +1,10 @@
-"""The README's picture: the forest plot of a run's confirmed findings, as `sleuth report` draws it.
+"""The README's picture: the forest plot of a run's failure modes, as `sleuth report` draws its findings.
 
     sleuth investigate --class cat --runs runs        # the demo
     python scripts/readme_figure.py runs/<run id> docs/demo_findings.png
 
-Each confirmed finding's discovery test (circle), its confirmation on fresh seeds (diamond) and its counterfactual
-edits (square), on one log scale of failure-rate ratios to the class.
+One row per failure mode, its best-evidenced finding's: discovery test (circle), confirmation on fresh seeds
+(diamond) and counterfactual edits (square), on one log scale of failure-rate ratios to the class.
 """
 
 from __future__ import annotations
@@ -19,10 +19,12 @@ from sleuth.tools.investigation import normalise_caption
 
 def figure(run_dir: Path) -> bytes:
     [run] = load_runs(run_dir)
-    captions = {normalise_caption(f.caption) for f in run.findings if f.confirmed}
+    captions = {normalise_caption(m.caption) for m in run.modes}
     tests = [t for t in run.tests if normalise_caption(t.caption) in captions]
+    findings = sum(1 for f in run.findings if f.confirmed)
     data = forest_plot(tests, run.class_prompt,
-                       title=f"{run.label}: {len(captions)} confirmed findings, failure-rate ratio to the class")
+                       title=f"{run.label}: {len(run.modes)} failure modes ({findings} confirmed findings), "
+                             "failure-rate ratio to the class")
     if data is None:
         raise SystemExit(f"{run_dir}: no confirmed finding to draw")
     return data
