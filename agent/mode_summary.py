@@ -61,9 +61,12 @@ class ModeSummary(BaseModel):
     weak: bool = Field(description="The effect's interval reaches 1 or below: higher, by how much is not known.")
     counterfactual_p: float | None = Field(None, description=(
         "Adjusted p of the best finding's counterfactual edits (exact McNemar); null when not tested."))
+    tests: list[str] = Field(default_factory=list, description=(
+        "Supported tests behind no finding whose failures read as another phrasing of this mode (not confirmed: "
+        "the mode's claim already stands for them)."))
 
     @classmethod
-    def of(cls, label: str, claim: ModeClaim) -> ModeSummary:
+    def of(cls, label: str, claim: ModeClaim, tests: Sequence[str] = ()) -> ModeSummary:
         m, best = claim.mode, claim.best
         c, r = best.confirmation, effect_of(best)
         ids = [f.finding_id for f in claim.findings]
@@ -71,7 +74,8 @@ class ModeSummary(BaseModel):
                    caption=best.caption, findings=ids, reasons={i: m.reasons[i] for i in ids if i in m.reasons},
                    confirmation=Counts.of(c.hypothesis), baseline=Counts.of(c.baseline), ratio=_finite(r.ratio),
                    ratio_ci=(_finite(r.low), _finite(r.high)), adjusted_p=c.adjusted_p, weak=is_weak(r),
-                   counterfactual_p=best.counterfactual.adjusted_p if best.counterfactual is not None else None)
+                   counterfactual_p=best.counterfactual.adjusted_p if best.counterfactual is not None else None,
+                   tests=list(tests))
 
     @property
     def phrasings(self) -> list[str]:
@@ -82,7 +86,9 @@ class ModeSummary(BaseModel):
 def mode_summaries(view: InvestigationView) -> list[ModeSummary]:
     """The modes of a transcript's view, in the order they formed."""
     label = str(view.started.config.get("class", "")) if view.started is not None else ""
-    return [ModeSummary.of(label, c) for c in view.mode_claims()]
+    tests = view.test_modes()
+    return [ModeSummary.of(label, c, [t for t, m in tests.items() if m == c.mode.mode_id])
+            for c in view.mode_claims()]
 
 
 def mode_ids(modes: Sequence[ModeSummary]) -> dict[str, str]:
@@ -121,9 +127,13 @@ def fails_as(m: ModeSummary) -> str:
 
 
 def phrasings_text(m: ModeSummary) -> str:
-    """``+3: f4, f18, f25``: how many other findings phrase the same cause, and which; '–' for none."""
+    """``+3: f4, f18, f25; 2 tests``: how many other findings phrase the same cause, and which, then how many tests
+    behind no finding read as it; '–' for none."""
     rest = m.phrasings
-    return f"+{len(rest)}: {', '.join(rest)}" if rest else "–"
+    parts = [f"+{len(rest)}: {', '.join(rest)}"] if rest else []
+    if m.tests:
+        parts.append(f"{len(m.tests)} test{'s' * (len(m.tests) != 1)}")
+    return "; ".join(parts) or "–"
 
 
 def claim_text(m: ModeSummary) -> str:

@@ -359,6 +359,37 @@ class InvestigationView:
         traces = self.traces()
         return [book.place(f.finding_id, traces[f.finding_id], traces) for f in todo]
 
+    def test_modes(self) -> dict[str, str]:
+        """Supported discovery tests behind no confirmed finding whose failures read as another phrasing of a failure
+        mode, as the planner reads a tested candidate before it confirms one (a test whose failures were never
+        captioned is not read): test id -> mode id."""
+        used = {e.test_id for f in self.findings if f.confirmed
+                for e in (f.discovery, f.confirmation, f.counterfactual) if e is not None}
+        todo = [t for t in self.tests if t.purpose == "discovery" and t.verdict == "supported"
+                and t.test_id not in used and t.hypothesis is not None and caption_key(t.caption) in self.captioned]
+        if not todo:
+            return {}
+        book = self.modes
+        if self.unplaced():
+            book = self.modes.copy()
+            self.place_modes(book)
+        prompt = (self.started.class_prompt or "") if self.started is not None else ""
+        ideas = ideas_of(dict(self.captioned.values()), self.common, prompt)
+        traces = self.traces()
+        out = {}
+        for t in todo:
+            h = t.hypothesis
+            assert h is not None
+            labels: Counter[str] = Counter()
+            for x in h.confusions:
+                labels[x.label] += x.count
+            idea = ideas.get(self.captioned[caption_key(t.caption)][0])
+            got = book.phrasing_of(Trace(t.caption, labels, idea or Idea(), prompt, k=h.failures.k, n=h.failures.n),
+                                   traces)
+            if got is not None:
+                out[t.test_id] = got[0].mode_id
+        return out
+
     def mode_claims(self) -> list[ModeClaim]:
         """The failure modes with their findings and claims, in the order they formed. A transcript written before
         modes were recorded (no ``mode`` events) gets them from the same model, placed as they would have been."""

@@ -15,6 +15,9 @@ from sleuth.agent.cli.commands.investigate import summary
 from sleuth.agent.llm.ledger import ledger
 from sleuth.agent.mode_summary import WEAK, ModeSummary, effect_text, is_weak, mode_ids, mode_summaries
 from sleuth.agent.modes import ModeClaim, effect_of
+from sleuth.agent.planners.scripted import ScriptedPlanner
+from sleuth.agent.report import build_report, load_runs
+from sleuth.agent.runner import Turn
 from sleuth.agent.terminal import tables
 from sleuth.agent.terminal.render import render_event
 from sleuth.agent.transcript import read_transcript
@@ -22,7 +25,9 @@ from sleuth.agent.view import InvestigationView
 from sleuth.tools.findings import Finding
 from sleuth.tools.stats import RatioCI
 from sleuth.tools.text import pv
-from tests.moderun import CAT, DAYTIME, HILL, SNOW, ModeRun, mode_run, weakened
+from tests.fakeworld import fake_backends, new_session
+from tests.moderun import CAT, DAYTIME, HILL, SCRIPT, SNOW, ModeRun, call, mode_run, weakened
+from tests.test_report import Dom
 from tests.test_terminal_tables import piped
 
 
@@ -195,3 +200,36 @@ def test_chat_findings_show_the_modes_first(tmp_path: Path) -> None:
                     "/quit")
     assert "mode m1 formed by f1" in screen  # the live line, as the runner places the finding
     assert screen.index("cat: 1 failure mode from 1 confirmed finding") < screen.index("cat: 1 confirmed finding")
+
+
+def test_a_supported_test_whose_failures_read_as_a_mode_is_shown_as_that_mode(tmp_path: Path) -> None:
+    """A tested candidate the planner left unconfirmed because it reads as a mode's phrasing is counted with that
+    mode, and the other tests say so, instead of a supported test with no word on why it is no finding."""
+    dusk = f"{CAT} in the snow at dusk."
+
+    def caption_it(events: object) -> Turn:
+        last = [e for e in events if getattr(e, "kind", "") == "tool_returned"][-1]  # type: ignore[attr-defined]
+        return Turn(reasoning="Caption its failures.",
+                    tool_calls=[call(71, "caption_failures", measurement_id=last.result["measurement_id"])])
+
+    script = [*SCRIPT[:-1], Turn(reasoning="Test.", tool_calls=[call(70, "measure_rate", caption=dusk, max_n=200)]),
+              caption_it, SCRIPT[-1]]
+    session = new_session(fake_backends(), tmp_path / "run", budget=20_000)
+    assert session.run(ScriptedPlanner(script)).status == "completed"
+    view = InvestigationView.from_transcript(session.transcript)
+    test = next(t for t in view.tests if t.caption == dusk)
+    assert test.verdict == "supported" and test.test_id == "t7" and test.hypothesis is not None
+    t7 = test.hypothesis.failures
+    assert view.test_modes() == {"t7": "m1"}
+    m1, m2 = mode_summaries(view)
+    assert (m1.tests, m2.tests) == (["t7"], [])
+    text = piped(tables.findings_table(session.investigation, modes=[m1, m2]))
+    block = text[text.index("\nm1 "):text.index("\nm2 ")]
+    assert _rows(text, r"m\d+ ")["m1"].rstrip().endswith("+1: f2; 1") and block.split()[-1] == "test"
+    assert "supported, as m1" in _rows(text, r"t7 ")["t7"] and "'as m1': its failures read as" in text
+    # The report lists it under its mode, and the JSON of the mode holds it.
+    [report] = load_runs(session.run_dir)
+    assert report.modes == [m1, m2]
+    rows = [" ".join(" ".join(r).split()) for r in Dom(build_report(session.run_dir)).rows["modes"]]
+    assert rows[0].startswith("m1 ") and rows[0].endswith(" 1 1 test")
+    assert f"tested, its failures read as this cause, not confirmed on its own: {dusk} (t7, {t7.k}/{t7.n})" in rows[1]

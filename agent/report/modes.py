@@ -25,8 +25,16 @@ def _phrasings(m: ModeSummary, run: RunReport) -> str:
     items = "".join(f"<li data-finding='{esc(fid)}'>{esc(captions.get(fid, ''))} <span class='muted'>({esc(fid)})"
                     f"</span> <span class='small muted'>{esc(m.reasons.get(fid, ''))}</span></li>"
                     for fid in m.phrasings)
-    return (f"<tr class='phrasings' data-mode='{esc(m.mode_id)}'><td></td><td colspan='7'><span class='small'>"
-            f"phrasings of the same cause:</span><ul class='phrasings'>{items}</ul></td></tr>")
+    tests = {t.test_id: t for t in run.tests}
+    tested = "".join(f"<li data-test='{esc(tid)}'>{esc(tests[tid].caption)} <span class='muted'>({esc(tid)}, "
+                     f"{tests[tid].hypothesis.k}/{tests[tid].hypothesis.n})</span></li>"
+                     for tid in m.tests if tid in tests)
+    return (f"<tr class='phrasings' data-mode='{esc(m.mode_id)}'><td></td><td colspan='7'>"
+            + (f"<span class='small'>phrasings of the same cause:</span><ul class='phrasings'>{items}</ul>"
+               if items else "")
+            + (f"<span class='small'>tested, its failures read as this cause, not confirmed on its own:</span>"
+               f"<ul class='phrasings'>{tested}</ul>" if tested else "")
+            + "</td></tr>")
 
 
 def modes_block(run: RunReport, rid: str) -> str:
@@ -43,8 +51,10 @@ def modes_block(run: RunReport, rid: str) -> str:
             f"<tr class='mode{' weak' if m.weak else ''}' data-mode='{esc(m.mode_id)}'><td>{esc(m.mode_id)}</td>"
             f"{_what(m, run)}<td>{esc(fails_as(m))}</td><td class='num'>{esc(counts_text(m))}</td>"
             f"<td>{esc(effect_text(m))}</td><td class='num'>{esc(p_text(m))}</td><td class='small'>{esc(verdict)}</td>"
-            f"<td class='num'>{len(m.phrasings)}</td></tr>")
-        if m.phrasings:
+            f"<td class='num'>{len(m.phrasings)}"
+            + (f"<div class='small muted'>{len(m.tests)} test{'s' * (len(m.tests) != 1)}</div>" if m.tests else "")
+            + "</td></tr>")
+        if m.phrasings or m.tests:
             rows.append(_phrasings(m, run))
     confirmed = sum(1 for f in run.findings if f.confirmed)
     return (f"<p>{len(run.modes)} failure mode{'s' * (len(run.modes) != 1)} from {confirmed} confirmed "
@@ -57,4 +67,5 @@ def modes_block(run: RunReport, rid: str) -> str:
             "<p class='small muted'>A failure mode is one cause: the findings whose failures show the same thing. Its "
             "numbers are its best-evidenced finding's confirmation on fresh seeds (the ratio corrected for selection; "
             "weak: its interval reaches 1, so the rate is higher but by how much is not known); its other findings "
-            "are phrasings of the same cause, listed under it with why each belongs.</p>")
+            "are phrasings of the same cause, listed under it with why each belongs, and so are the tests whose "
+            "failures read as the same cause, which the planner did not confirm on their own.</p>")

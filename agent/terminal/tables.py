@@ -123,7 +123,7 @@ def modes_table(inv: Investigation, modes: Sequence[ModeSummary]) -> RenderableT
     table.caption = ("A failure mode: the findings whose failures show one cause. Its numbers are its best-evidenced "
                      "finding's confirmation on fresh seeds (ratio corrected for selection; weak: its interval reaches "
                      "1); edits: that finding's counterfactual edits (their p in the findings table); phrasings: the "
-                     "mode's other findings.")
+                     "mode's other findings, and its tests behind no finding ('as m…' in the other tests).")
     table.caption_justify = "left"
     return table
 
@@ -163,8 +163,11 @@ def _kind(t: Test) -> str:
     return "confirm" if t.purpose == "confirmation" else "discover"
 
 
-def other_tests_table(inv: Investigation, *, show_all: bool = False) -> RenderableType | None:
-    """Every test not behind a confirmed finding: supported and inconclusive ones (all with ``show_all``)."""
+def other_tests_table(inv: Investigation, *, show_all: bool = False,
+                      reads_as: Mapping[str, str] | None = None) -> RenderableType | None:
+    """Every test not behind a confirmed finding: supported and inconclusive ones (all with ``show_all``);
+    ``reads_as``: test id -> the failure mode whose phrasing its failures read as."""
+    reads_as = reads_as or {}
     used = {e.test_id for f in inv.findings if f.confirmed
             for e in (f.discovery, f.confirmation, f.counterfactual) if e is not None}
     rest = [t for t in inv.tests if t.id not in used]
@@ -184,10 +187,14 @@ def other_tests_table(inv: Investigation, *, show_all: bool = False) -> Renderab
     table.add_column("verdict")
     for t in shown:
         table.add_row(t.id, _kind(t), Text(short(t.caption, inv.class_prompt)), _rate(t.k1, t.n1),
-                      _ratio(stats.rate_ratio(t.k1, t.n1, t.k0, t.n0)), pv(t.adjusted_p), t.verdict)
+                      _ratio(stats.rate_ratio(t.k1, t.n1, t.k0, t.n0)), pv(t.adjusted_p),
+                      f"{t.verdict}, as {reads_as[t.id]}" if t.id in reads_as else t.verdict)
     table.caption = (f"p {inv.adjust_method}-adjusted within its family (discovery: "
                      f"{sum(t.purpose == 'discovery' for t in inv.tests)} tests, confirmation attempts at "
-                     f"alpha/{inv.max_confirmations}); ratios of discovery tests are selected, so biased upwards.")
+                     f"alpha/{inv.max_confirmations}); ratios of discovery tests are selected, so biased upwards."
+                     + "".join(f" 'as {m}': its failures read as another phrasing of failure mode {m}, whose claim "
+                               "stands for it (not confirmed on its own)."
+                               for m in [reads_as[t.id] for t in shown if t.id in reads_as][:1]))
     table.caption_justify = "left"
     return Group(table, note) if hidden else table
 
@@ -197,7 +204,7 @@ def findings_table(inv: Investigation, *, show_all: bool = False,
     """The failure modes (``modes``, read from the transcript's view), the confirmed findings, then the other
     tests."""
     first = modes_table(inv, modes or [])
-    other = other_tests_table(inv, show_all=show_all)
+    other = other_tests_table(inv, show_all=show_all, reads_as={t: m.mode_id for m in modes or [] for t in m.tests})
     return Group(*([first, Text("")] if first is not None else []), confirmed_table(inv, mode_ids(modes or [])),
                  *([Text(""), other] if other is not None else []))
 
