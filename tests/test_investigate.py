@@ -34,11 +34,13 @@ def test_the_demo_lists_no_finding_as_another_findings_phrasing(capsys, tmp_path
 
     out = investigate(capsys, tmp_path, "--class", "cat")  # the demo: 20,000 images
     answer = read_transcript(out["transcript"])[-1].answer
-    also = set(re.findall(r"'([^']+)'", " ".join(re.findall(r"also phrased ([^)]*)\)", answer))))
+    also = set(re.findall(r"'([^']+)'", " ".join(re.findall(r"(?:also|and) phrased ([^)]*)\)", answer))))
     recorded = {f["caption"] for f in out["findings"] if f["confirmed"]}
     # A phrasing tested at the end and confirmed on its own ("in the sky", failing as fox where the snow finding it
     # was read as fails as snow leopard) is a finding, no longer listed as another's phrasing.
     assert len(recorded) >= 10 and also and not recorded & also, sorted(recorded & also)
+    # The answer names each failure mode once, as the modes table does.
+    assert sorted(re.findall(r"\((m\d+)\) ", answer)) == sorted(m["mode_id"] for m in out["modes"])
 
 
 @pytest.mark.e2e

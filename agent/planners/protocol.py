@@ -52,6 +52,7 @@ from collections.abc import Generator
 from dataclasses import dataclass, field
 
 from sleuth.agent.events import ToolCall
+from sleuth.agent.mode_summary import ModeSummary, effect_text, fails_as, mode_summaries
 from sleuth.agent.modes import Idea, Trace, content_key, ideas_of, link, sentence_shares
 from sleuth.agent.planners.protocol_v1 import pct, ratio_text, top_confusion
 from sleuth.agent.planners.script import Results, Script, ScriptPlanner, ok
@@ -883,28 +884,47 @@ class ProtocolPlanner(ScriptPlanner):
                 f"tested and {len(found)} confirmed" + (": " + ", ".join(repr(c.caption) for c in found) if found
                                                         else "") + ".")
 
+    def _modes_listing(self, modes: list[ModeSummary], found: list[Found]) -> str:
+        """The failure modes in words, as the modes table shows them (each its claim's effect; a weak one in words),
+        grouped by the label they fail as, surest first: the mode's other findings, then the captions read as its
+        phrasings (tested or not) that no finding holds."""
+        view = self._view
+        assert view is not None
+        captions = {f.finding_id: f.caption for f in view.findings}
+        tests = {t.test_id: t.caption for t in view.tests}
+        by_id = {f.finding_id: f for f in found}
+        recorded = set(captions.values())
+
+        def one(m: ModeSummary) -> str:
+            others = [captions[i] for i in m.phrasings if i in captions]
+            read = [tests[t] for t in m.tests if t in tests]
+            read += [p for i in m.findings if i in by_id for p in by_id[i].phrasings]
+            read = [p for p in dict.fromkeys(read) if p not in recorded]
+            more = ([f"also found as {', '.join(repr(c) for c in others)}"] if others else []) + (
+                [f"{'and' if others else 'also'} phrased {', '.join(repr(c) for c in read[:3])}"
+                 + (f" and {len(read) - 3} more" if len(read) > 3 else "")] if read else [])
+            return f"{m.caption!r} ({m.mode_id}) {effect_text(m)}" + (f" ({', '.join(more)})" if more else "")
+
+        groups: dict[str, list[ModeSummary]] = {}
+        for m in sorted(modes, key=lambda m: -(m.ratio_ci[0] or 0.0)):
+            groups.setdefault(fails_as(m), []).append(m)
+        return " ".join(f"Failing as {'other labels' if label == '–' else label}: " + "; ".join(map(one, ms)) + "."
+                        for label, ms in groups.items())
+
     def _summary(self, s: SampleSummary, cands: list[Candidate], found: list[Found],
                  tested: int, supported: int, screened_images: int, reached: list[str], stop: str) -> str:
         base = s.failures if self._have <= s.failures.n else binomial_rate(self._base_k, self._have)
-        groups: dict[str | None, list[Found]] = {}
-        for f in sorted(found, key=lambda f: -(e.low if (e := effect(f.confirmation)) else 0)):
-            groups.setdefault(f.label, []).append(f)
-
-        def one(f: Found) -> str:
-            more = f" (also phrased {', '.join(repr(p) for p in f.phrasings[:3])})" if f.phrasings else ""
-            return f"{f.candidate.caption!r} {ratio_text(effect(f.confirmation))}{more}"
-
-        listing = " ".join(f"Failing as {label or 'other labels'}: " + "; ".join(one(f) for f in fs) + "."
-                           for label, fs in groups.items())
+        modes = mode_summaries(self._view) if self._view is not None and found else []
         untested = [c for c in cands if c.state in ("test", "later")]
         names = [t.name for t in self.passes]
         unreached = [n for n in names if n not in reached]
         reach = (f"Searched for effects down to {reached[-1]} the class rate"
                  if reached else "No pass was completed")
         text = (f"Baseline for {self.label}: {pct(base)}. {len(cands)} candidates screened on {screened_images} "
-                f"images; {tested} tests, {supported} supported, {len(found)} confirmed. "
-                + (f"Confirmed findings, grouped by the wrong label: {listing} " if found
-                   else "No finding was confirmed. ")
+                f"images; {tested} tests, {supported} supported, {len(found)} confirmed"
+                + (f" in {len(modes)} failure mode{'s' * (len(modes) != 1)}. Failure modes, by the wrong label: "
+                   f"{self._modes_listing(modes, found)} " if modes else
+                   ". " if found else ". No finding was confirmed. ")
                 + (f"Singled out by the screen but not tested before the stop: {len(untested)}"
                    + _named(untested, self._p0) + ". " if untested else "")
                 + f"{reach}"
