@@ -13,6 +13,7 @@ import textwrap
 from pydantic import BaseModel
 
 from sleuth.agent.report.data import HypothesisTest
+from sleuth.tools import stats
 from sleuth.tools.common import SampleSummary
 from sleuth.tools.investigation import normalise_caption
 
@@ -116,8 +117,17 @@ def forest_plot(tests: list[HypothesisTest], class_prompt: str | None, title: st
     rows = forest_rows(tests, class_prompt)[:MAX_FOREST_ROWS]
     if not rows:
         return None
-    values = [v for r in rows for t in (r.discovery, r.confirmation, r.counterfactual) if t and t.rate_ratio
-              for v in (t.rate_ratio.low, t.rate_ratio.ratio, t.rate_ratio.high) if 0 < v < math.inf]
+
+    def ratio(t: HypothesisTest | None, kind: str) -> stats.RatioCI | None:
+        """The interval drawn: a confirmation's effect corrected for selection where it has one (the tables'
+        number), else the test's rate ratio."""
+        if t is None:
+            return None
+        return t.effect if kind == "confirmation" and t.effect is not None else t.rate_ratio
+
+    values = [v for r in rows for kind, t in (("discovery", r.discovery), ("confirmation", r.confirmation),
+                                              ("counterfactual", r.counterfactual))
+              if (rr := ratio(t, kind)) is not None for v in (rr.low, rr.ratio, rr.high) if 0 < v < math.inf]
     lo = min([*values, 0.5]) / 1.6
     hi = max([*values, 2.0]) * 1.6
     legend_h = 0.45  # inches kept free below the axes for the legend, so it never hides a row
@@ -131,12 +141,12 @@ def forest_plot(tests: list[HypothesisTest], class_prompt: str | None, title: st
         y = len(rows) - 1 - i
         for kind, t in (("discovery", r.discovery), ("confirmation", r.confirmation),
                         ("counterfactual", r.counterfactual)):
-            if t is None or t.rate_ratio is None or math.isnan(t.rate_ratio.ratio):
+            rr = ratio(t, kind)
+            if t is None or rr is None or math.isnan(rr.ratio):
                 continue
             colour = {"discovery": VERDICT_COLOURS.get(t.verdict, "#333333"), "confirmation": CONFIRM_COLOUR,
                       "counterfactual": COUNTERFACTUAL_COLOUR}[kind]
             marker = {"discovery": "o", "confirmation": "D", "counterfactual": "s"}[kind]
-            rr = t.rate_ratio
             point = min(max(rr.ratio, lo), hi)
             # Infinite or zero ratios (a zero count) sit at the axis edge with an arrow pointing off it.
             if rr.ratio >= hi:
@@ -160,7 +170,8 @@ def forest_plot(tests: list[HypothesisTest], class_prompt: str | None, title: st
     from matplotlib.lines import Line2D
 
     handles = [Line2D([], [], color=c, marker="o", ls="-", label=f"discovery: {v}") for v, c in VERDICT_COLOURS.items()]
-    handles += [Line2D([], [], color=CONFIRM_COLOUR, marker="D", ls="-", label="confirmation (fresh seeds)"),
+    handles += [Line2D([], [], color=CONFIRM_COLOUR, marker="D", ls="-",
+                       label="confirmation (fresh seeds, corrected for selection)"),
                 Line2D([], [], color=COUNTERFACTUAL_COLOUR, marker="s", ls="-", label="counterfactual edits")]
     fig.legend(handles=handles, fontsize=7, loc="lower center", ncol=5, frameon=False)  # type: ignore[attr-defined]
     if title:
