@@ -242,7 +242,8 @@ def _image_groups(run: RunReport, emb: ImageEmbedder) -> str:
     out = []
     shown: set[int] = set()
     for f in run.findings:
-        mine = [i for i, g in enumerate(run.groups) if i not in shown and any(g is x for x in finding_groups(run, f))]
+        theirs = {id(g) for g in finding_groups(run, f)}  # once per finding: the groups are many in a long run
+        mine = [i for i, g in enumerate(run.groups) if i not in shown and id(g) in theirs]
         if mine:
             shown.update(mine)
             inner = "".join(_grid(emb, run.groups[i].title, run.groups[i].detail, run.groups[i].refs)
