@@ -11,7 +11,6 @@ import pytest
 
 from sleuth.agent import modes
 from sleuth.agent.mitigate import load_run
-from sleuth.agent.mode_summary import mode_summaries
 from sleuth.agent.modes import Idea, content_key, idea_of
 from sleuth.agent.planners import confirmations_by_budget, declared_confirmations, protocol
 from sleuth.agent.planners.protocol import (
@@ -447,41 +446,27 @@ def test_a_screen_that_reads_as_a_findings_idea_gets_no_more_screening_images():
     assert storm.state == "other" and not storm.worded and finding.phrasings == [storm.caption]
 
 
-def test_a_third_cause_of_one_kind_failing_as_one_label_is_tested_when_singled_out(tmp_path, monkeypatch):
-    # Three backgrounds fail as the snow leopard, each a cause the captions tell apart, and a fourth a little (it keeps
-    # the screen busy). Two findings of a kind failing as one label say nothing about a third that its screen has
-    # singled out: it is tested at once, before the screen looks at anything else, and each is a failure mode of its
-    # own.
-    from tests import fakeworld
+def test_a_kind_of_cause_with_two_findings_failing_as_one_label_waits_for_the_end_of_the_pass():
+    planner = ProtocolPlanner("crayfish", "a realistic photograph of a crayfish")
+    blue, green = Candidate("blue", "adjective", target="shark"), Candidate("green", "adjective", target="shark")
+    found = [Found(blue, None, None, "shark"), Found(green, None, None, "shark")]  # type: ignore[arg-type]
+    purple = Candidate("purple", "adjective", target="shark")
+    other_label = Candidate("red", "adjective", target="bee")
+    other_kind = Candidate("in a net", "object", target="shark")
+    assert planner._saturated(purple, found)
+    assert not planner._saturated(other_label, found) and not planner._saturated(other_kind, found)
+    assert not planner._saturated(purple, found[:1])  # one finding of its kind and label is not enough
 
-    new = {"forest": (10, 60, 20), "beach": (200, 180, 150), "desert": (230, 210, 160)}
-    monkeypatch.setattr(fakeworld, "COLOURS", {**fakeworld.COLOURS, **new})
-    monkeypatch.setattr(fakeworld, "RATES", {"snow": 0.6, "forest": 0.6, "beach": 0.6, "desert": 0.25, "grass": 0.02,
-                                             "sand": 0.02})
-    monkeypatch.setattr(fakeworld, "PRIORS", {"grass": 0.55, "sand": 0.3, "snow": 0.04, "forest": 0.03, "beach": 0.03,
-                                              "desert": 0.05})
-    monkeypatch.setattr(fakeworld, "WORDS", fakeworld.WORDS | set(new))
-    session, result, events = run(tmp_path, ProtocolPlanner("cat", CAT, budget=8_000), budget=8_000)
 
-    def cause(prompt: str) -> str | None:  # the background the fake generator draws for a prompt, if it fails
-        bg = next((bg for bg in fakeworld.COLOURS if bg in prompt), None)
-        return bg if bg is not None and fakeworld.RATES[bg] > 0.5 else None
-
-    calls = [(turn, c) for turn, e in enumerate(e for e in events if e.kind == "planner_turn") for c in e.tool_calls]
-    firsts: dict[str, int] = {}
-    for turn, c in calls:
-        if c.name == "measure_rate" and cause(c.arguments["caption"]):
-            firsts.setdefault(str(cause(c.arguments["caption"])), turn)
-    assert set(firsts) == {"snow", "forest", "beach"}
-    looks = [(turn, str(c.arguments.get("prompt"))) for turn, c in calls
-             if c.name == "generate_and_classify" and c.arguments.get("prompt") != CAT]
-    for bg, first in firsts.items():  # after the look that singled it out, no other candidate is looked at first
-        singled = max(turn for turn, prompt in looks if turn < first and cause(prompt) == bg)
-        assert [prompt for turn, prompt in looks if singled < turn < first and not cause(prompt)] == [], bg
-    view = InvestigationView.from_events(events)
-    modes = {cause(m.caption) for m in mode_summaries(view)}
-    assert {"snow", "forest", "beach"} <= modes
-    assert result.status == "completed"
+def test_candidates_that_waited_are_tested_before_the_pass_ends(tmp_path, monkeypatch):
+    # With no finding needed to wait, every candidate with a wrong label waits until the pass has screened the rest;
+    # then they are tested in the same pass, the transcript says why they waited, and the snow is still found.
+    monkeypatch.setattr(protocol, "KIND_LATER", 0)
+    _, result, events = run(tmp_path, ProtocolPlanner("cat", CAT, budget=6_000))
+    said = [e.reasoning for e in events if e.kind == "planner_turn"]
+    waited = [i for i, s in enumerate(said) if "waited because findings of their kind already fail as their" in s]
+    assert waited and any(s.startswith("Testing on fresh seeds") for s in said[waited[0]:])
+    assert result.status == "completed" and "snow" in final(events)
 
 
 def test_each_pass_declares_its_spending_with_its_confirmation_sizes():

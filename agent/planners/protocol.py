@@ -30,9 +30,9 @@ stops only when the images left cannot pay for the next step:
   confirmed first. Different ideas are confirmed however they fail: two attributes that fail as the same wrong
   label are two modes. A phrasing whose own words differ from the finding's (two colours the captioner names
   alike) may be a cause of its own: once a later pass has screened and tested every distinct candidate, those its
-  screens single out are tested in their own right, surest first, with what is left. A candidate of a kind
-  (background, colour, ...) whose findings already fail as its wrong label does not wait for that: it is another
-  cause until its captions read as one.
+  screens single out are tested in their own right, surest first, with what is left. Once two findings of one kind
+  (background, colour, ...) fail as one wrong label, further candidates of that kind and label wait until the
+  pass has screened and tested the rest (``KIND_LATER``).
 - **Confirmation sizes** are declared with the first confirmation, before it draws the baseline (``pass_designs``):
   each later pass gets a share of the attempts, whatever the budget (so that what a run does with its first images
   does not depend on how many it was given); a pass whose share is spent confirms with another pass's sizes,
@@ -81,6 +81,9 @@ PREVIEW_MIN = 2
 TEST_BATCH = 2
 COUNTERFACTUAL_N = 20
 NAMED = 5
+KIND_LATER = 2
+"""Findings of one kind of cause failing as one wrong label after which further such candidates wait for the end of
+the pass: a third colour that fails as the same label is worth less than the first test of another kind."""
 
 
 def effect(conf: measure_rate.Result) -> RatioCI | None:
@@ -415,7 +418,7 @@ class ProtocolPlanner(ScriptPlanner):
             if i:
                 back = []
                 for c in cands:
-                    if c.state in ("open", "test", "dropped", "tested"):
+                    if c.state in ("open", "test", "later", "dropped", "tested"):
                         c.state = "open"
                     elif c.state == "other" and self._repeat_of(c, found) is None:
                         c.state = "open"  # read again against more captions, no longer a finding's phrasing
@@ -445,9 +448,16 @@ class ProtocolPlanner(ScriptPlanner):
                     if top is not None:
                         self._class_rate(self._base_k + top.summary.failures.k, self._have + top.summary.failures.n)
             yield self.turn(self._pass_intro(i, t, cands))
+            released = False
             while not stop:
-                # Tests first: what the screen has singled out, surest first.
+                # Tests first: what the screen has singled out, surest first; a kind of cause with KIND_LATER
+                # findings waits until the pass has screened and tested the rest.
                 queue = self._order([c for c in cands if c.state == "test"], t)
+                if not released:
+                    for c in queue:
+                        if self._saturated(c, found):
+                            c.state = "later"
+                    queue = [c for c in queue if c.state == "test"]
                 if queue:
                     stop = self._cannot_confirm(t)
                     if stop:
@@ -500,6 +510,14 @@ class ProtocolPlanner(ScriptPlanner):
                 if not plan:
                     if any(c.state == "test" for c in cands):
                         continue  # the re-judged screen singled out candidates: test them first
+                    later = self._release(cands) if not released else []
+                    released = True
+                    if later:
+                        yield self.turn(
+                            f"The rest of the {t.name} pass is screened and tested; now the {len(later)} candidates "
+                            "that waited because findings of their kind already fail as their wrong label"
+                            + _named(later, self._p0) + ".")
+                        continue
                     break
                 left = self._left()
                 if left is not None:
@@ -612,17 +630,31 @@ class ProtocolPlanner(ScriptPlanner):
         p, mean = evidence(c.k, c.n, self._p0, t)
         return -p, -mean
 
+    @staticmethod
+    def _release(cands: list[Candidate]) -> list[Candidate]:
+        """The candidates that waited for the end of the pass, back in the test queue."""
+        for c in cands:
+            if c.state == "later":
+                c.state = "test"
+        return [c for c in cands if c.state == "test"]
+
     def _last_shot(self, cands: list[Candidate], found: list[Found], t: Target) -> Candidate | None:
         """When the images left pay for a test and a confirmation but no more screening: the candidate still climbing
         the ladder most plausibly worth confirming (not a finding's phrasing), put in the test queue. The screen keeps
         back a test and a confirmation's images so that what it singles out can be tested; this spends them on its
         best guess instead of leaving them unused."""
         for c in sorted((c for c in cands if c.state == "open" and c.n), key=lambda c: (*self._rank(c, t), c.caption)):
-            if found and self._repeat_of(c, found) is not None:
+            if found and (self._repeat_of(c, found) is not None or self._saturated(c, found)):
                 continue
             c.state = "test"
             return c
         return None
+
+    def _saturated(self, c: Candidate, found: list[Found]) -> bool:
+        """Whether KIND_LATER findings of the candidate's kind (background, colour, ...) already fail as its wrong
+        label."""
+        return c.confusion is not None and sum(f.candidate.kind == c.kind and f.label == c.confusion
+                                               for f in found) >= KIND_LATER
 
     def _judge(self, c: Candidate, t: Target) -> str:
         return judge(c.k, c.n, self._p0, t)
@@ -883,7 +915,7 @@ class ProtocolPlanner(ScriptPlanner):
                  tested: int, supported: int, screened_images: int, reached: list[str], stop: str) -> str:
         base = s.failures if self._have <= s.failures.n else binomial_rate(self._base_k, self._have)
         modes = mode_summaries(self._view) if self._view is not None and found else []
-        untested = [c for c in cands if c.state == "test"]
+        untested = [c for c in cands if c.state in ("test", "later")]
         names = [t.name for t in self.passes]
         unreached = [n for n in names if n not in reached]
         reach = (f"Searched for effects down to {reached[-1]} the class rate"
