@@ -49,6 +49,16 @@ def test_sibling_branches_share_the_attempts_and_a_repeat_of_a_call_is_not_anoth
     assert confirm(branch(cache, None), NULLS[3]).family_size == 3
 
 
+def test_a_caption_re_typed_in_another_branch_is_another_attempt():
+    # The generator receives the text as typed (a case-sensitive text encoder draws other images from "A Cat" than
+    # from "a cat"), so siblings that re-type one caption spend one attempt each.
+    cache = PredictionCache()
+    confirm(branch(cache, "t", m=2), NULLS[0])
+    confirm(branch(cache, "t", m=2), NULLS[0].upper())
+    with pytest.raises(ToolError, match="2 confirmation attempts of this transcript and its forks are spent"):
+        confirm(branch(cache, "t", m=2), "  ".join(NULLS[0].split()))
+
+
 def test_a_branch_adopts_the_sizes_an_earlier_branch_fixed_before_the_baseline():
     cache = PredictionCache()
     confirm(branch(cache, "t", m=4), NULLS[0])  # fixes max_n=200 for the family

@@ -426,8 +426,9 @@ class Investigation:
                 drawn = f"drawn {len(have.seeds) if have is not None else 0}"
             else:
                 drawn = "drawn" if have is not None else f"baseline {baseline_n}"
-            attempt = (f"{normalise_caption(caption)}|{self._next_seed['confirmation']}|{drawn}|"
-                       f"{key[0]},{key[1]}")
+            # Keyed by the text the generator receives: a caption re-typed in another case or spacing draws other
+            # images from a case-sensitive text encoder, so it is another attempt.
+            attempt = f"{caption}|{self._next_seed['confirmation']}|{drawn}|{key[0]},{key[1]}"
             if attempt in done:  # this very attempt, made before by this transcript or a fork of it
                 return next(d for d in self.confirmation_designs if d.key == key)
             used = {d.key: sum(a.rsplit("|", 1)[-1] == f"{d.key[0]},{d.key[1]}" for a in done)
