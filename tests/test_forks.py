@@ -59,6 +59,21 @@ def test_a_caption_re_typed_in_another_branch_is_another_attempt():
         confirm(branch(cache, "t", m=2), "  ".join(NULLS[0].split()))
 
 
+def test_a_fork_compares_with_a_confirmation_baseline_of_the_size_the_first_branch_drew():
+    # Designs without a baseline size: a fork that chose a larger baseline after reading the first branch's count
+    # would stop the baseline where it looks low. Its size is fixed for every branch when the first one draws it.
+    cache = PredictionCache()
+    first = branch(cache, "t")
+    investigation_tools().call("measure_rate", {"caption": NULLS[0], "confirm": True, "max_n": 200,
+                                                "baseline_n": 300}, first)
+    with pytest.raises(ToolError, match="confirmation baseline of 300 images"):
+        investigation_tools().call("measure_rate", {"caption": NULLS[1], "confirm": True, "max_n": 200,
+                                                    "baseline_n": 800}, branch(cache, "t"))
+    same = investigation_tools().call("measure_rate", {"caption": NULLS[1], "confirm": True, "max_n": 200,
+                                                       "baseline_n": 300}, branch(cache, "t"))
+    assert same.baseline.n == 300 and same.family_size == 3
+
+
 def test_a_branch_adopts_the_sizes_an_earlier_branch_fixed_before_the_baseline():
     cache = PredictionCache()
     confirm(branch(cache, "t", m=4), NULLS[0])  # fixes max_n=200 for the family

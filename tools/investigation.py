@@ -420,6 +420,15 @@ class Investigation:
         else:
             self._adopt_family(ledger)
             assert self.cache is not None
+            if "confirmation" not in self.baselines and all(d.baseline_n is None for d in self.confirmation_designs):
+                # Designs without a baseline size compare with the baseline as first drawn: its size stands for
+                # every fork, fixed before any branch has seen its count (a fork that chose it after reading
+                # another branch's would stop the baseline where it looks low).
+                stands = int(self.cache.declare_family(f"{ledger}:baseline", str(baseline_n)))
+                if stands != baseline_n:
+                    raise ToolError(f"this transcript's forks compare confirmations with a confirmation baseline of "
+                                    f"{stands} images, its size fixed before any branch drew it; a fork uses the "
+                                    f"same (baseline_n={stands})")
             done = self.cache.family_attempts(ledger)
             have = self.baselines.get("confirmation")
             if any(d.baseline_n is not None for d in self.confirmation_designs):
