@@ -15,6 +15,7 @@ from sleuth.tools.backends.base import EditOutcome, Generation
 from sleuth.tools.context import ToolContext
 from sleuth.tools.counterfactual import NEUTRAL, added_words, control_for, placebo_caption
 from sleuth.tools.investigation import Budget, Investigation
+from sleuth.tools.registry import ToolError
 from tests.fakeworld import FakeEditor, fake_backends
 
 CAT = "a realistic photograph of a cat"
@@ -119,3 +120,16 @@ def test_a_caption_change_editor_no_longer_passes_a_null_attribute_as_a_cause(pa
     assert leak.low > 8 * ALPHA and leaky == sham, leak  # 203/400 = 50.7% [45.7%, 55.8%] at 20 pairs
     assert not any("placebo" in n for n in sham_results[0].notes)
     assert all(f.control == "sham" for x in sham_results for f in x.flips)
+
+
+@pytest.mark.parametrize("target", ["a photograph of a cat", "a cat, a realistic photograph of", CAT + ". it is."])
+def test_a_counterfactual_that_adds_no_word_is_refused_before_it_edits_anything(target):
+    # Dropping or reordering words leaves nothing for a placebo to match, and against the sham an editor that damages
+    # images whenever their caption changes passes such an edit as a cause about half the time at 20 pairs.
+    backends = fake_backends()
+    backends.editor = CaptionChangeEditor()  # type: ignore[assignment]
+    ctx = ToolContext()
+    ctx.investigation = Investigation(backends=backends, label="cat", budget=Budget(images=10_000))
+    with pytest.raises(ToolError, match="adds no word to the class prompt"):
+        investigation_tools().call("measure_rate", {"caption": target, "mode": "counterfactual", "max_n": 20}, ctx)
+    assert ctx.investigation.budget.used == 0 and not ctx.investigation.tests

@@ -19,7 +19,8 @@ Two rules hold for every tool that edits (``edit_image``, ``measure_rate(mode="c
   nor whether changing the caption does: an editor that damages images whenever their caption changes (prompt-to-
   prompt with any new word does so in part) damages the placebo arm as much. The sham is used only by editors that
   declare ``sham_is_placebo`` (their output depends on a caption only through what it names, so a neutral phrasing
-  re-renders the source exactly: toyworld) or when the target adds no word. Each pair records which control it had
+  re-renders the source exactly: toyworld) or when the target adds no word (``measure_rate`` refuses such a
+  counterfactual: it adds no content word to test). Each pair records which control it had
   (``Flip.control``); the control's own flips against the originals are reported beside the test. The effect is the
   matched-pairs rate ratio (edited / control) with its paired interval (``stats.paired_rate_ratio``).
 """

@@ -22,6 +22,7 @@ from sleuth.tools.context import ToolContext
 from sleuth.tools.counterfactual import Flip, counterfactual_pairs, counterfactual_size, mcnemar_text, paired_counts
 from sleuth.tools.defaults import BASELINE_N, FIRST_N
 from sleuth.tools.designs import Spending
+from sleuth.tools.record_finding import content_words
 from sleuth.tools.investigation import (
     ConfirmationDesign,
     Investigation,
@@ -268,6 +269,12 @@ def _verdict(adjusted_p: float, alpha: float, action: str, ratio: stats.RatioCI)
 
 
 def _counterfactual(inv: Investigation, args: Args, purpose: Purpose) -> Result:
+    if not content_words(args.caption) - content_words(inv.class_prompt):
+        # Its control would be the sham (nothing to match with a placebo), against which an editor that damages
+        # images whenever their caption changes passes dropped or reordered words as a cause.
+        raise ToolError(f"{args.caption!r} adds no word to the class prompt {inv.class_prompt!r} (it drops or "
+                        "reorders words): a counterfactual edits an attribute into class images, so its caption "
+                        "names one the class prompt does not")
     n, notes = counterfactual_size(inv, args.max_n, sham=True)
     used = inv.budget.used
     base = inv.sample(inv.class_prompt, n, purpose=purpose, task=f"counterfactual ({purpose})")
