@@ -22,7 +22,6 @@ from sleuth.tools.context import ToolContext
 from sleuth.tools.counterfactual import Flip, counterfactual_pairs, counterfactual_size, mcnemar_text, paired_counts
 from sleuth.tools.defaults import BASELINE_N, FIRST_N
 from sleuth.tools.designs import Spending
-from sleuth.tools.record_finding import content_words
 from sleuth.tools.investigation import (
     ConfirmationDesign,
     Investigation,
@@ -32,6 +31,7 @@ from sleuth.tools.investigation import (
     normalise_caption,
     split_sentences,
 )
+from sleuth.tools.record_finding import content_words
 from sleuth.tools.registry import ToolError
 from sleuth.tools.text import VERDICT_STYLE, Line, kn, kn_short, pv, quote, ratio
 
