@@ -215,7 +215,7 @@ def _sequential(inv: Investigation, args: Args, purpose: Purpose) -> Result:
     if fixed and stopped == "success" and sample.n == looks[-1]:
         # The look that rejected is the last one made; the estimate conditions on that selection. (A look short of
         # its planned size, images the generator could not make, is not in the plan's sample space: no estimate.)
-        effect = stats.conditional_effect(plan, sample.k, len(looks) - 1, base.k, base.n)
+        effect = stats.conditional_effect(plan, sample.k, len(looks) - 1, base.k, base.n, args.futility_rate)
         test.effect = effect
         if math.isnan(effect.ratio):  # the only split of these failures that rejects at this look
             notes.append("barely past its threshold: no other split of these failures between it and the baseline "
