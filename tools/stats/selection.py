@@ -30,8 +30,9 @@ well above 2x). The estimate here conditions on the selection instead, exactly a
   below it and a median of 2.4x; tests/test_selection.py), while with 1/4 recorded findings are median-unbiased
   within a few percent over the designs and rates simulated there, but one: a class failing 2% against the 3x
   pass's 300 baseline images, where 36% to 45% of the estimates fall below a true 3x. Likewise at the greatest
-  count of its total (k0 = 0, say), with P(X < x) = 1/4 and an odds ratio's interval open to infinity. The only count of its total
-  that rejects at its look (both at once) leaves nothing to estimate from: nan, with an interval from 0.
+  count of its total (k0 = 0, say), with P(X < x) = 1/4 and an odds ratio's interval open to infinity. The only
+  count of its total that rejects at its look (both at once) leaves nothing to estimate from: nan, with an interval
+  from 0.
 - All three are reported as rate ratios, p1 / p0 = psi / (1 - p0 + psi p0). The estimate takes the baseline rate
   that with its odds ratio accounts for every failure seen (n0 p0 + n_J p1 = S, the maximum-likelihood p0 given
   psi). Each end of the interval is the least (lower end) or greatest (upper end) rate ratio at its odds ratio over
