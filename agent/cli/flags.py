@@ -58,7 +58,8 @@ def add_run_arguments(p: argparse.ArgumentParser, *, max_turns: bool = True) -> 
     g = p.add_argument_group("statistics and limits")
     g.add_argument("--baseline-n", type=int, metavar="N",
                    help="class baseline images (300 protocol, 1000 others)")
-    g.add_argument("--seed", type=int, help=f"seed of the fresh image seeds ({default(RunConfig, 'seed')})")
+    g.add_argument("--seed", type=int, help=f"seed of the fresh image seeds ({default(RunConfig, 'seed')}); the "
+                   "same seed draws the same images: check a finding with another")
     g.add_argument("--criterion", choices=["top1", "topk", "parent"], metavar="top1|topk|parent",
                    help=f"failure: top-1 wrong, not in top-3, no top-3 label under the parent "
                         f"({default(RunConfig, 'criterion')})")
