@@ -6,9 +6,14 @@ holds it in strict JSON (non-finite numbers as ``null``, as ``FindingSummary`` d
 audit's ``summary.json`` and the report store it, and the terminal, the report, the answer key and the LLM's ledger
 print it through the functions below, so a mode reads the same wherever it is shown.
 
-A claim is *weak* when its effect's interval reaches 1 or below (or there is no estimate): the confirmation shows
-the rate is higher than the class's, but the correction for selection leaves open by how much, and a bare ratio
-would say more than the data do. Weak claims are said so in words (``WEAK``).
+A claim's one number is its headline bound, ``at_least``: the caption fails at least that many times as often as
+the class (the least rate ratio the confirmation's own exact test still rejects, >= 1; ``tools/stats/bound.py``).
+The selection-corrected effect stands beside it as detail, "given selection", clipped below at the bound.
+
+A claim is *weak* when its corrected effect's interval reaches 1 or below (or there is no estimate): the
+confirmation shows the rate is higher than the class's, but the correction for selection leaves open by how much
+more than the bound. Weak claims say so (``WEAK``). Transcripts recorded before the bound existed show the corrected
+effect instead, and a weak one in words.
 """
 
 from __future__ import annotations
@@ -21,14 +26,16 @@ from pydantic import BaseModel, Field
 
 from sleuth.agent.modes import ModeClaim, effect_of
 from sleuth.tools.findings import Counts
-from sleuth.tools.stats import RatioCI
+from sleuth.tools.stats import RatioCI, given_selection
 from sleuth.tools.text import pv
 
 if TYPE_CHECKING:
     from sleuth.agent.view import InvestigationView
 
 WEAK = "weak: the rate is higher, by how much is not known"
-"""What a weak claim says instead of its ratio."""
+"""What a weak claim without a bound says instead of its ratio."""
+WEAK_MARK = "weak"
+"""What follows a weak claim's bound."""
 
 
 def is_weak(effect: RatioCI) -> bool:
@@ -57,6 +64,11 @@ class ModeSummary(BaseModel):
         "The claim's effect: the confirmation's rate ratio corrected for selection where it gives one; null when "
         "infinite or undefined."))
     ratio_ci: tuple[float | None, float | None]
+    at_least: float | None = Field(None, description=(
+        "The claim's one number: the best finding's caption fails at least this many times as often as the class "
+        "(the headline bound of its confirmation, >= 1); null in transcripts recorded before it existed. With it, "
+        "ratio and ratio_ci are the effect given selection, the interval clipped below at this bound, and ratio null "
+        "where the correction gives no estimate to trust."))
     adjusted_p: float = Field(description="The confirmation's p, adjusted over the declared confirmation family.")
     weak: bool = Field(description="The effect's interval reaches 1 or below: higher, by how much is not known.")
     counterfactual_p: float | None = Field(None, description=(
@@ -69,11 +81,15 @@ class ModeSummary(BaseModel):
     def of(cls, label: str, claim: ModeClaim, tests: Sequence[str] = ()) -> ModeSummary:
         m, best = claim.mode, claim.best
         c, r = best.confirmation, effect_of(best)
+        weak = is_weak(r)
+        if c.bound is not None:
+            r = given_selection(r, c.bound) if c.effect is not None else r
         ids = [f.finding_id for f in claim.findings]
         return cls(label=label, mode_id=m.mode_id, idea=m.idea, labels=list(m.labels), best=best.finding_id,
                    caption=best.caption, findings=ids, reasons={i: m.reasons[i] for i in ids if i in m.reasons},
                    confirmation=Counts.of(c.hypothesis), baseline=Counts.of(c.baseline), ratio=_finite(r.ratio),
-                   ratio_ci=(_finite(r.low), _finite(r.high)), adjusted_p=c.adjusted_p, weak=is_weak(r),
+                   ratio_ci=(_finite(r.low), _finite(r.high)), at_least=c.bound, adjusted_p=c.adjusted_p,
+                   weak=weak,
                    counterfactual_p=best.counterfactual.adjusted_p if best.counterfactual is not None else None,
                    tests=list(tests))
 
@@ -109,9 +125,17 @@ def counts_text(m: ModeSummary) -> str:
 
 
 def effect_text(m: ModeSummary, *, interval: bool = True) -> str:
-    """``15.8× [8.02, 33.6]``; a weak claim in words, then (``interval``) the interval that makes it weak."""
+    """``≥ 8.02×``, then (``interval``) the effect given selection: ``≥ 8.02× (given selection 15.8× [8.02, 33.6])``;
+    a weak claim's bound is followed by "weak". Without a bound (older transcripts): ``15.8× [8.02, 33.6]``, and a
+    weak claim in words."""
     low, high = m.ratio_ci
     ci = f"[{_x(low, 'n/a')}, {_x(high, '∞')}]"
+    if m.at_least is not None:
+        head = f"≥ {m.at_least:.3g}×" + (f" {WEAK_MARK}" if m.weak else "")
+        if not interval:
+            return head
+        est = f"{m.ratio:.3g}× " if m.ratio is not None else ""
+        return f"{head} (given selection {est}{ci})"
     if m.weak:
         return f"{WEAK} (95% CI {ci})" if interval else WEAK
     return f"{_x(m.ratio, '∞')}× {ci}"
@@ -137,5 +161,6 @@ def phrasings_text(m: ModeSummary) -> str:
 
 
 def claim_text(m: ModeSummary) -> str:
-    """The mode's claim in one phrase: ``21/30 vs 13/300, 15.8× [8.02, 33.6], adjusted p < 1e-06``."""
+    """The mode's claim in one phrase: ``21/30 vs 13/300, ≥ 8.02× (given selection 15.8× [8.02, 33.6]), adjusted p
+    < 1e-06``."""
     return f"{counts_text(m)}, {effect_text(m)}, adjusted p {p_text(m)}"

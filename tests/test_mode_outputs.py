@@ -60,8 +60,12 @@ def test_a_weak_mode_in_the_report_says_so_and_captions_are_escaped(run: ModeRun
     [report] = load_runs(run.session.run_dir)
     weak = report.modes[1].model_copy(update={"weak": True, "caption": "a cat </td><script>x</script>"})
     html = modes_block(report.model_copy(update={"modes": [report.modes[0], weak]}), "r0")
-    assert WEAK in html and "95% CI [" in html and "<script>" not in html and "&lt;script&gt;" in html
-    assert "class='mode weak'" in html
+    assert weak.at_least is not None and f"≥ {weak.at_least:.3g}× weak (given selection " in html
+    assert "<script>" not in html and "&lt;script&gt;" in html and "class='mode weak'" in html
+    # A transcript recorded before the bound existed: the weak claim in words, with its interval.
+    old = weak.model_copy(update={"at_least": None})
+    html = modes_block(report.model_copy(update={"modes": [report.modes[0], old]}), "r0")
+    assert WEAK in html and "95% CI [" in html
 
 
 def test_an_audit_stores_each_class_modes_and_counts_them_beside_findings(run: ModeRun) -> None:

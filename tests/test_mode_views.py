@@ -80,14 +80,28 @@ def _claim(run: ModeRun, f: Finding) -> ModeSummary:
 
 def test_weak_infinite_and_undefined_effects_print_and_store_as_documented(run: ModeRun) -> None:
     f3 = by_id(run)["f3"]
+    b = f3.confirmation.bound
+    assert b is not None and 1 <= b < 16
+    # With the headline bound: the bound, "weak", and the effect given selection clipped at the bound, without an
+    # estimate where its interval started at 0 (a count barely past its threshold).
     weak = _claim(run, weakened(f3))
-    assert weak.weak and (weak.ratio, weak.ratio_ci) == (2.5, (0.0, 16.0))
-    assert effect_text(weak) == f"{WEAK} (95% CI [0, 16])" and effect_text(weak, interval=False) == WEAK
+    assert weak.weak and weak.at_least == b and (weak.ratio, weak.ratio_ci) == (None, (b, 16.0))
+    assert effect_text(weak) == f"≥ {b:.3g}× weak (given selection [{b:.3g}, 16])"
+    assert effect_text(weak, interval=False) == f"≥ {b:.3g}× weak"
     nan = _claim(run, weakened(f3, math.nan, math.nan, math.nan))
-    assert nan.weak and (nan.ratio, nan.ratio_ci) == (None, (None, None))
-    inf = _claim(run, weakened(f3, math.inf, 3.0, math.inf))
-    assert not inf.weak and (inf.ratio, inf.ratio_ci) == (None, (3.0, None)) and effect_text(inf) == "∞× [3, ∞]"
-    for m in (weak, nan, inf):  # strict JSON
+    assert nan.weak and (nan.ratio, nan.ratio_ci) == (None, (b, None))
+    inf = _claim(run, weakened(f3, math.inf, 3.0 * b, math.inf))
+    assert not inf.weak and (inf.ratio, inf.ratio_ci) == (None, (3.0 * b, None))
+    assert effect_text(inf) == f"≥ {b:.3g}× (given selection [{3 * b:.3g}, ∞])"
+    # A transcript recorded before the bound: the corrected effect, a weak one in words.
+    def legacy(f: Finding) -> Finding:
+        return f.model_copy(update={"confirmation": f.confirmation.model_copy(update={"bound": None})})
+    old = _claim(run, legacy(weakened(f3)))
+    assert old.weak and old.at_least is None and (old.ratio, old.ratio_ci) == (2.5, (0.0, 16.0))
+    assert effect_text(old) == f"{WEAK} (95% CI [0, 16])" and effect_text(old, interval=False) == WEAK
+    old_inf = _claim(run, legacy(weakened(f3, math.inf, 3.0, math.inf)))
+    assert (old_inf.ratio, old_inf.ratio_ci) == (None, (3.0, None)) and effect_text(old_inf) == "∞× [3, ∞]"
+    for m in (weak, nan, inf, old, old_inf):  # strict JSON
         json.dumps(m.model_dump(mode="json"), allow_nan=False)
 
 
@@ -108,15 +122,15 @@ def test_the_terminal_shows_modes_first_then_each_finding_with_its_mode(run: Mod
     m1 = rows["m1"]
     assert f"{best.finding_id} … in the snow" in m1 and "snow leopard" in m1 and "not tested" in m1
     assert f"{c.hypothesis.k}/{c.hypothesis.n} vs {c.baseline.k}/{c.baseline.n}" in m1
-    assert f"{r.ratio:.3g}× [{r.low:.3g}, {r.high:.3g}]" in m1 and pv(c.adjusted_p) in m1
+    assert c.bound is not None and f"≥ {c.bound:.3g}×" in m1 and pv(c.adjusted_p) in m1 and r.ratio >= c.bound
     assert m1.split()[-2:] == ["+1:", "f2"] and rows["m2"].split()[-1] == "–"
-    # The same numbers in the findings table's row of the best finding, and each finding's mode beside its id.
+    # The same number in the findings table's row of the best finding, and each finding's mode beside its id.
     findings = _rows(rest, r"f\d+ ")
     assert {k: v.split()[1] for k, v in findings.items()} == {"f1": "m1", "f2": "m1", "f3": "m2"}
-    assert f"{r.ratio:.3g}× [{r.low:.3g}, {r.high:.3g}]" in findings[best.finding_id]
+    assert f"≥ {c.bound:.3g}×" in findings[best.finding_id]
 
 
-def test_a_weak_mode_reads_in_words_in_the_terminal(run: ModeRun, view: InvestigationView) -> None:
+def test_a_weak_mode_says_so_in_the_terminal(run: ModeRun, view: InvestigationView) -> None:
     inv = run.session.investigation
     i = next(i for i, f in enumerate(inv.findings) if f.finding_id == "f3")
     original = inv.findings[i]
@@ -129,9 +143,9 @@ def test_a_weak_mode_reads_in_words_in_the_terminal(run: ModeRun, view: Investig
     assert modes[1].weak and not modes[0].weak
     head, _, rest = text.partition("cat: 3 confirmed findings")
     block = head[head.index("\nm2 "):head.index("A failure mode")]
-    assert "weak: the rate is" in block and "higher, by how" in block and "much is not known" in block
-    assert "2.5×" not in block
-    assert "2.5× [0, 16]" in _rows(rest, r"f\d+ ")["f3"]  # the findings table keeps every number
+    b = original.confirmation.bound
+    assert b is not None and f"≥ {b:.3g}× weak" in block and "2.5×" not in block
+    assert f"≥ {b:.3g}× weak" in _rows(rest, r"f\d+ ")["f3"]  # the findings table: the same number
 
 
 def test_many_phrasings_and_long_captions_fit_the_width_with_every_word_whole(run: ModeRun,

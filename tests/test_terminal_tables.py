@@ -51,11 +51,11 @@ def test_confirmed_table_has_one_row_per_finding_with_its_confirmation(run: Sess
     rows = [line for line in confirmed.splitlines() if line.startswith(f.finding_id + " ")]
     assert len(rows) == 1  # one row: no second row for the finding's counterfactual test
     c = f.confirmation
-    ratio = c.effect or c.rate_ratio
-    # The confirmation's ratio (not the discovery's), its counts and the counterfactual verdict, on the one row.
+    # The confirmation's headline bound (not a ratio of the discovery's), its counts and the counterfactual verdict,
+    # on the one row.
     assert f"{c.hypothesis.k}/{c.hypothesis.n} vs {c.baseline.k}/{c.baseline.n}" in rows[0]
-    assert f"{ratio.ratio:.3g}× [{ratio.low:.3g}," in rows[0]
-    assert f"{f.discovery.rate_ratio.ratio:.3g}×" not in rows[0] or ratio.ratio == f.discovery.rate_ratio.ratio
+    assert c.bound is not None and c.bound >= 1 and f"≥ {c.bound:.3g}×" in rows[0] and "fails at least" in confirmed
+    assert f"{f.discovery.rate_ratio.ratio:.3g}×" not in rows[0]
     cf = next(t for t in inv.tests if t.id == f.counterfactual.test_id)
     assert f"{cf.verdict}, p " in rows[0]
     # Every test behind the finding stays out of the second table; the others are there or counted.

@@ -27,6 +27,9 @@ class Evidence(BaseModel):
     effect: stats.RatioCI | None = Field(None, description=(
         "A confirmation's rate ratio corrected for its selection and early stop (conditionally median-unbiased, "
         "95% interval given the selection); rate_ratio is the naive estimate."))
+    bound: float | None = Field(None, description=(
+        "A confirmation's headline: the caption fails at least this many times as often as the class (the least "
+        "rate ratio its own exact test still rejects; >= 1). None in transcripts recorded before it existed."))
 
 
 class Finding(BaseModel):
@@ -62,13 +65,16 @@ class EvidenceSummary(BaseModel):
     rate_ratio_ci: tuple[float | None, float | None]
     p_value: float
     adjusted_p: float
+    at_least: float | None = Field(None, description=(
+        "A confirmation's headline: the caption fails at least this many times as often as the class (>= 1); "
+        "null for other tests."))
 
     @classmethod
     def of(cls, e: Evidence) -> EvidenceSummary:
         rr = e.rate_ratio
         return cls(test_id=e.test_id, hypothesis=Counts.of(e.hypothesis), baseline=Counts.of(e.baseline),
                    rate_ratio=_finite(rr.ratio), rate_ratio_ci=(_finite(rr.low), _finite(rr.high)),
-                   p_value=e.p_value, adjusted_p=e.adjusted_p)
+                   p_value=e.p_value, adjusted_p=e.adjusted_p, at_least=e.bound)
 
 
 class FindingSummary(BaseModel):

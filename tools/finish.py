@@ -61,7 +61,10 @@ def finding_line(f: Any) -> str:
     c = f.confirmation
     r = c.rate_ratio
     corrected = getattr(c, "effect", None)
-    if corrected is not None:
+    bound = getattr(c, "bound", None)
+    if bound is not None:
+        effect = f"at least {bound:.3g}x the class's rate" + (f" (naive {r.ratio:.3g}x)" if r is not None else "")
+    elif corrected is not None:
         effect = (f"{corrected.ratio:.3g}x [{corrected.low:.3g}, {corrected.high:.3g}] corrected for selection"
                   + (f" (naive {r.ratio:.3g}x)" if r is not None else ""))
     else:

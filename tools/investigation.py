@@ -131,6 +131,8 @@ class Test:
     """A confirmation attempt's (first look, most images), as fixed before the confirmation baseline was drawn."""
     effect: stats.RatioCI | None = None
     """A supported confirmation's rate ratio corrected for its selection and early stop (stats.selection)."""
+    bound: float | None = None
+    """A supported confirmation's headline: the least rate ratio its own test still rejects (stats.bound), >= 1."""
 
 
 @dataclass

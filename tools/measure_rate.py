@@ -33,7 +33,7 @@ from sleuth.tools.investigation import (
 )
 from sleuth.tools.record_finding import content_words
 from sleuth.tools.registry import ToolError
-from sleuth.tools.text import VERDICT_STYLE, Line, kn, kn_short, pv, quote, ratio
+from sleuth.tools.text import VERDICT_STYLE, Line, kn, kn_short, num, pv, quote, ratio
 
 NAME = "measure_rate"
 
@@ -82,6 +82,10 @@ class Result(BaseModel):
         "A supported confirmation: its rate ratio corrected for being selected (a finding is recorded only when the "
         "confirmation rejects) and for the early stop: conditionally median-unbiased, with a 95% interval given "
         "that selection. The naive rate_ratio of a recorded confirmation is biased upwards."))
+    bound: float | None = Field(None, description=(
+        "A supported confirmation's headline: the caption fails at least this many times as often as the class. The "
+        "least rate ratio the confirmation's own exact test still rejects at its threshold (at the class rate's "
+        "upper end); at least 1, and all of an investigation's bounds hold together with probability 1 - 2 alpha."))
     mcnemar: stats.McNemar | None = Field(None, description=(
         "Counterfactual mode: the test, exact McNemar of each edited image against the same image control-edited "
         "(a sham with the caption unchanged, or a placebo naming nothing new)."))
@@ -102,8 +106,10 @@ def summary(r: Result) -> str:
     mode = ", counterfactual" if r.mode == "counterfactual" else ""
     rate = kn_short(r.hypothesis.failures) if r.hypothesis else f"edits {kn_short(r.edited)}"
     paired = f", McNemar b={r.mcnemar.b} c={r.mcnemar.c}" if r.mcnemar else ""
+    bound = f", at least {num(r.bound)}x" if r.bound is not None else ""
     return (f"{r.test_id} ({r.purpose}{mode}) {quote(r.caption)}: {rate} vs baseline {kn_short(r.baseline)}, "
-            f"ratio {ratio(r.rate_ratio)}, p={pv(r.p_value)}, adjusted p={pv(r.adjusted_p)}{paired}, {r.verdict}")
+            f"ratio {ratio(r.rate_ratio)}{bound}, p={pv(r.p_value)}, adjusted p={pv(r.adjusted_p)}{paired}, "
+            f"{r.verdict}")
 
 
 def render(r: Result) -> list[Line]:
@@ -120,10 +126,14 @@ def render(r: Result) -> list[Line]:
         lines.append([("sham edit   ", "key"), (f"{r.sham.b} flipped to failure, {r.sham.c} back "
                                                 f"(the editor alone, caption unchanged)", "dim")])
     lines.append([("baseline    ", "key"), (kn(r.baseline) + (" (control-edited)" if r.sham is not None else ""), "")])
-    lines.append([("rate ratio  ", "key"), (ratio(r.rate_ratio), "")])
+    lines.append([("rate ratio  ", "key"), (ratio(r.rate_ratio) + (" (naive)" if r.bound is not None else ""), "")])
+    if r.bound is not None:
+        lines.append([("at least    ", "key"), (f"{num(r.bound)}× the class's failure rate: the least ratio this "
+                                                "confirmation's own test still rejects", "bold")])
     if r.effect is not None:
-        lines.append([("effect      ", "key"), (f"{ratio(r.effect)} (corrected for the selection and the early stop)",
-                                                "")])
+        shown = stats.given_selection(r.effect, r.bound) if r.bound is not None else r.effect
+        lines.append([("effect      ", "key"), (f"{ratio(shown)} given selection (corrected for the selection and "
+                                                "the early stop)", "")])
     looks = f"; looks at n={', '.join(map(str, r.looks))}, stopped: {r.stopped}" if r.looks else ""
     over = ("declared confirmation attempts" if r.purpose == "confirmation" else "discovery tests so far")
     lines.append([("p           ", "key"), (f"{pv(r.p_value)}, {r.adjust_method}-adjusted {pv(r.adjusted_p)} over "
@@ -173,6 +183,7 @@ def _sequential(inv: Investigation, args: Args, purpose: Purpose) -> Result:
     looks: list[int] = []
     stopped = "max_n"
     declared_final = False
+    threshold = 0.0  # the threshold of the look that rejected, if one did
     for j, look_n in enumerate(plan.looks):
         more = look_n - (sample.n if sample is not None else 0)
         if more > inv.budget.left and sample is not None:
@@ -190,6 +201,7 @@ def _sequential(inv: Investigation, args: Args, purpose: Purpose) -> Result:
         declared_final = final
         if decision.action != "continue":
             stopped = decision.action
+            threshold = decision.threshold
             break
         if args.futility_rate is not None and j + 1 < len(plan.looks) and \
                 stats.binomial_rate(sample.k, sample.n).high < args.futility_rate:
@@ -212,18 +224,20 @@ def _sequential(inv: Investigation, args: Args, purpose: Purpose) -> Result:
         notes.append(f"the generator could not render: {', '.join(sample.unrendered)}; "
                      "this caption was not fully tested")
     effect = None
+    bound = None
+    if purpose == "confirmation" and stopped == "success":
+        # The headline: the confirmation's own test inverted at the threshold it rejected at (stats.bound).
+        bound = stats.headline_bound(sample.k, sample.n, base.k, base.n, threshold, level)
+        test.bound = bound
     if fixed and stopped == "success" and sample.n == looks[-1]:
         # The look that rejected is the last one made; the estimate conditions on that selection. (A look short of
         # its planned size, images the generator could not make, is not in the plan's sample space: no estimate.)
         effect = stats.conditional_effect(plan, sample.k, len(looks) - 1, base.k, base.n, args.futility_rate)
         test.effect = effect
-        if math.isnan(effect.ratio):  # the only split of these failures that rejects at this look
-            notes.append("barely past its threshold: no other split of these failures between it and the baseline "
-                         "rejects at this look, so corrected for being selected there is no estimate of the effect, "
-                         f"only its interval [{effect.low:.3g}, {effect.high:.3g}]")
-        elif effect.low < 1.0:
-            notes.append(f"barely past its threshold: corrected for being selected, the effect is {effect.ratio:.3g}x "
-                         f"[{effect.low:.3g}, {effect.high:.3g}]; the excess may be mostly the selection's")
+        if math.isnan(effect.ratio) or effect.low < 1.0:
+            notes.append(f"barely past its threshold: it fails at least {num(bound or 1.0)}× as often as the class, "
+                         "and corrected for being selected the data do not say by how much more; the excess seen "
+                         "may be mostly the selection's")
     if stopped == "futility" and args.futility_rate is not None:
         notes.append(f"stopped for futility at n={sample.n}: the 95% upper end of its failure rate, "
                      f"{100 * stats.binomial_rate(sample.k, sample.n).high:.3g}%, is below the "
@@ -241,8 +255,8 @@ def _sequential(inv: Investigation, args: Args, purpose: Purpose) -> Result:
     return Result(
         test_id=test.id, caption=args.caption, purpose=purpose, mode="sample",
         hypothesis=summarise(sample, args.target_label), baseline=stats.binomial_rate(base.k, base.n),
-        rate_ratio=ratio, effect=effect, p_value=p_seq, adjusted_p=test.adjusted_p, family_size=family_size,
-        adjust_method=method, looks=looks, stopped=stopped,
+        rate_ratio=ratio, effect=effect, bound=bound, p_value=p_seq, adjusted_p=test.adjusted_p,
+        family_size=family_size, adjust_method=method, looks=looks, stopped=stopped,
         measurement_id=m.id, verdict=verdict, notes=notes,
     )
 

@@ -23,7 +23,7 @@ from sleuth.tools.findings import Evidence, Finding
 from sleuth.tools.investigation import Test, normalise_caption
 from sleuth.tools.perturb_caption import FUNCTION_WORDS
 from sleuth.tools.registry import ToolError
-from sleuth.tools.text import Line, kn, pv, quote, ratio
+from sleuth.tools.text import Line, kn, num, pv, quote, ratio
 
 NAME = "record_finding"
 
@@ -44,7 +44,7 @@ Result = Finding
 def evidence(t: Test) -> Evidence:
     return Evidence(test_id=t.id, hypothesis=stats.binomial_rate(t.k1, t.n1), baseline=stats.binomial_rate(t.k0, t.n0),
                     rate_ratio=stats.rate_ratio(t.k1, t.n1, t.k0, t.n0), p_value=t.p_value, adjusted_p=t.adjusted_p,
-                    kind=t.kind, effect=t.effect)
+                    kind=t.kind, effect=t.effect, bound=t.bound)
 
 
 def conclusions(recorded: Result, replayed: Result) -> list[tuple[str, Any, Any]]:
@@ -65,8 +65,10 @@ def summary(r: Result) -> str:
 def render(r: Result) -> list[Line]:
     c = r.confirmation
     out: list[Line] = [[(f"finding {r.finding_id}: ", "bold"), (r.caption, "bold")],
-                       [("confirmation ", "key"), (f"{kn(c.hypothesis)} vs {kn(c.baseline)}, {ratio(c.rate_ratio)}, "
-                                                   f"adjusted p {pv(c.adjusted_p)}", "")]]
+                       [("confirmation ", "key"), (f"{kn(c.hypothesis)} vs {kn(c.baseline)}, "
+                                                   + (f"at least {num(c.bound)}×" if c.bound is not None
+                                                      else ratio(c.rate_ratio))
+                                                   + f", adjusted p {pv(c.adjusted_p)}", "")]]
     if r.counterfactual is not None:
         out.append([("counterfactual ", "key"), (f"{kn(r.counterfactual.hypothesis)} edited vs "
                                                  f"{kn(r.counterfactual.baseline)} control-edited, McNemar p "

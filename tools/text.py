@@ -53,7 +53,21 @@ def kn_short(rate: stats.Rate | None) -> str:
 
 
 def ratio(r: stats.RatioCI | None) -> str:
-    return "n/a" if r is None else f"{num(r.ratio)}× [{num(r.low)}, {num(r.high)}]"
+    """``2.5× [1.2, 5.1]``; the interval alone where there is no estimate (nan)."""
+    if r is None:
+        return "n/a"
+    est = "" if math.isnan(r.ratio) else f"{num(r.ratio)}× "
+    return f"{est}[{num(r.low)}, {num(r.high)}]"
+
+
+def at_least(bound: float) -> str:
+    """A confirmed finding's headline bound: ``≥ 2.61×``."""
+    return f"≥ {num(bound)}×"
+
+
+def together(alpha: float) -> str:
+    """How surely all of an investigation's headline bounds hold at once: ``90%`` at alpha 0.05 (1 - 2 alpha)."""
+    return f"{100 * (1 - 2 * alpha):.3g}%"
 
 
 P_FLOOR = 1e-6

@@ -36,7 +36,10 @@ class HypothesisTest(BaseModel):
     baseline: stats.Rate
     rate_ratio: stats.RatioCI | None
     effect: stats.RatioCI | None = Field(None, description=(
-        "A supported confirmation's rate ratio corrected for selection (the number every table claims); None else."))
+        "A supported confirmation's rate ratio corrected for selection; None else."))
+    bound: float | None = Field(None, description=(
+        "A supported confirmation's headline bound (the number every table claims): fails at least this many times "
+        "as often as the class; None else, and in transcripts recorded before it existed."))
     p_value: float
     adjusted_p: float = Field(description="Adjusted over every test of the same purpose in the run (final family).")
     adjusted_p_at_test: float = Field(description="Adjusted over the family as it stood when the test ran.")
@@ -190,7 +193,7 @@ def _test_row(r: measure_rate.Result, seq: int) -> HypothesisTest:
         test_id=r.test_id, seq=seq, caption=r.caption, purpose=r.purpose, mode=r.mode, hypothesis=rate,
         baseline=r.baseline, rate_ratio=r.rate_ratio, p_value=r.p_value, adjusted_p=r.adjusted_p,
         adjusted_p_at_test=r.adjusted_p, adjust_method=r.adjust_method, verdict=r.verdict, mcnemar=r.mcnemar,
-        summary=r.hypothesis, effect=r.effect,
+        summary=r.hypothesis, effect=r.effect, bound=r.bound,
     )
 
 

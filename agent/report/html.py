@@ -23,6 +23,7 @@ from sleuth.agent.report.summary import CSS as SUMMARY_CSS
 from sleuth.agent.report.summary import conclusion, finding_groups, summary_block
 from sleuth.agent.report.tree import TreeNode
 from sleuth.tools import stats
+from sleuth.tools.findings import Evidence
 from sleuth.tools.investigation import normalise_caption
 from sleuth.tools.text import pv
 
@@ -120,12 +121,19 @@ def _vs(h: stats.Rate, b: stats.Rate) -> str:
     return f"{fmt_rate(h)}<br><span class='muted'>vs {fmt_rate(b)}</span>"
 
 
+def _confirmed_ratio(c: Evidence) -> str:
+    """The confirmation's headline bound first (the number every view claims), then its naive ratio."""
+    if c.bound is None:
+        return fmt_ratio(c.rate_ratio)
+    return f"<b>≥ {c.bound:.3g}×</b><br><span class='muted'>naive {fmt_ratio(c.rate_ratio)}</span>"
+
+
 def _findings(run: RunReport, rid: str) -> str:
     if not run.findings:
         return "<p class='muted'>No finding was confirmed in this run.</p>"
     head = ("<tr><th>id</th><th class='cap'>caption</th><th>discovery k/n [95% CI]<br>vs baseline</th>"
             "<th>rate ratio [95% CI]</th><th>p<br>adj. p</th><th>confirmation k/n<br>vs baseline</th>"
-            "<th>rate ratio</th><th>p<br>adj. p</th><th>counterfactual</th><th>confirmed</th></tr>")
+            "<th>fails at least<br>(rate ratio)</th><th>p<br>adj. p</th><th>counterfactual</th><th>confirmed</th></tr>")
     rows = []
     for f in run.findings:
         d, c, cf = f.discovery, f.confirmation, f.counterfactual
@@ -136,7 +144,7 @@ def _findings(run: RunReport, rid: str) -> str:
             f"<td>{esc(f.finding_id)}</td><td class='cap'>{esc(f.caption)}{summary}</td>"
             f"<td class='num'>{_vs(d.hypothesis, d.baseline)}</td><td class='num'>{fmt_ratio(d.rate_ratio)}</td>"
             f"<td class='num'>{fmt_p(d.p_value)}<br>{fmt_p(d.adjusted_p)}</td>"
-            f"<td class='num'>{_vs(c.hypothesis, c.baseline)}</td><td class='num'>{fmt_ratio(c.rate_ratio)}</td>"
+            f"<td class='num'>{_vs(c.hypothesis, c.baseline)}</td><td class='num'>{_confirmed_ratio(c)}</td>"
             f"<td class='num'>{fmt_p(c.p_value)}<br>{fmt_p(c.adjusted_p)}</td>"
             f"<td class='num'>{cf_text}</td><td>{'yes' if f.confirmed else 'no'}</td></tr>")
     return (f'<div class="scroll"><table class="findings" id="{rid}-findings"><thead>{head}</thead>'

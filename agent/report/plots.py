@@ -123,7 +123,12 @@ def forest_plot(tests: list[HypothesisTest], class_prompt: str | None, title: st
         number), else the test's rate ratio."""
         if t is None:
             return None
-        return t.effect if kind == "confirmation" and t.effect is not None else t.rate_ratio
+        if kind == "confirmation" and t.effect is not None:
+            if t.bound is None:
+                return t.effect
+            shown = stats.given_selection(t.effect, t.bound)  # clipped at the bound; its point the bound if no estimate
+            return shown if shown.ratio == shown.ratio else shown.model_copy(update={"ratio": shown.low})
+        return t.rate_ratio
 
     values = [v for r in rows for kind, t in (("discovery", r.discovery), ("confirmation", r.confirmation),
                                               ("counterfactual", r.counterfactual))
@@ -157,6 +162,9 @@ def forest_plot(tests: list[HypothesisTest], class_prompt: str | None, title: st
                     lw=1.6, solid_capstyle="butt")
             ax.plot([point], [y + offsets[kind]], marker=marker, color=colour, ms=6 if kind == "discovery" else 5,
                     ls="none")
+            if kind == "confirmation" and t.bound is not None:  # the headline bound: a bar across the interval's end
+                ax.plot([min(max(t.bound, lo), hi)], [y + offsets[kind]], marker="|", color=colour, ms=11, mew=2,
+                        ls="none")
     ax.set_yticks(range(len(rows)))
     ax.set_yticklabels([plain(f"{r.label}  [{r.finding_id}]" if r.finding_id else r.label)
                         for r in reversed(rows)], fontsize=8)
@@ -171,7 +179,7 @@ def forest_plot(tests: list[HypothesisTest], class_prompt: str | None, title: st
 
     handles = [Line2D([], [], color=c, marker="o", ls="-", label=f"discovery: {v}") for v, c in VERDICT_COLOURS.items()]
     handles += [Line2D([], [], color=CONFIRM_COLOUR, marker="D", ls="-",
-                       label="confirmation (fresh seeds, corrected for selection)"),
+                       label="confirmation (fresh seeds, given selection; |: fails at least)"),
                 Line2D([], [], color=COUNTERFACTUAL_COLOUR, marker="s", ls="-", label="counterfactual edits")]
     fig.legend(handles=handles, fontsize=7, loc="lower center", ncol=5, frameon=False)  # type: ignore[attr-defined]
     if title:

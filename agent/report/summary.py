@@ -39,7 +39,8 @@ def _num(x: float) -> str:
 
 
 def ratio_text(r: stats.RatioCI) -> str:
-    return f"{_num(r.ratio)}× [{_num(r.low)}, {_num(r.high)}]"
+    est = "" if math.isnan(r.ratio) else f"{_num(r.ratio)}× "
+    return f"{est}[{_num(r.low)}, {_num(r.high)}]"
 
 
 def ratio_bar(r: stats.RatioCI, top: float) -> str:
@@ -51,14 +52,31 @@ def ratio_bar(r: stats.RatioCI, top: float) -> str:
             return 0.0
         return 100 * min(1.0, max(0.0, (math.log(x) - lo_end) / (hi_end - lo_end))) if math.isfinite(x) else 100.0
     low, high, mid = pos(r.low), pos(r.high), pos(r.ratio)
+    tick = "" if math.isnan(r.ratio) else f"<span class='pt' style='left:calc({mid:.1f}% - 1.5px)'></span>"
     return (f"<div class='rbar' title='{esc(ratio_text(r))}'><span class='ci' style='left:{low:.1f}%;"
             f"width:{max(high - low, 0.5):.1f}%'></span><span class='one' style='left:{pos(1.0):.1f}%'></span>"
-            f"<span class='pt' style='left:calc({mid:.1f}% - 1.5px)'></span></div>")
+            f"{tick}</div>")
 
 
 def effect(f: FindingResult) -> stats.RatioCI:
-    """A finding's effect: its confirmation's, corrected for selection where the confirmation gives it."""
-    return f.confirmation.effect or f.confirmation.rate_ratio
+    """A finding's effect: its confirmation's, corrected for selection where the confirmation gives it (given
+    selection: clipped below at its headline bound, where the transcript has one)."""
+    c = f.confirmation
+    if c.bound is not None and c.effect is not None:
+        return stats.given_selection(c.effect, c.bound)
+    return c.effect or c.rate_ratio
+
+
+def headline(f: FindingResult) -> str:
+    """A finding's one number, ``≥ 2.61×`` (its confirmation's bound), then its effect given selection; the effect
+    alone where the transcript has no bound."""
+    b = f.confirmation.bound
+    return ratio_text(effect(f)) if b is None else f"≥ {_num(b)}× (given selection {ratio_text(effect(f))})"
+
+
+def _rank(f: FindingResult) -> float:
+    b = f.confirmation.bound
+    return b if b is not None else effect(f).low
 
 
 def counterfactual_verdict(f: FindingResult, tests: dict[str, HypothesisTest]) -> str:
@@ -98,7 +116,7 @@ def _img(emb: ImageEmbedder, ref: str) -> str:
 
 def summary_block(run: RunReport, emb: ImageEmbedder, rid: str) -> str:
     """One row per confirmed finding, strongest lower bound first."""
-    confirmed = sorted((f for f in run.findings if f.confirmed), key=lambda f: -effect(f).low)
+    confirmed = sorted((f for f in run.findings if f.confirmed), key=lambda f: -_rank(f))
     if not confirmed:
         return "<p class='muted'>No finding was confirmed in this run.</p>"
     tests = {t.test_id: t for t in run.tests}
@@ -111,15 +129,18 @@ def summary_block(run: RunReport, emb: ImageEmbedder, rid: str) -> str:
         rows.append(
             f"<tr data-finding='{esc(f.finding_id)}'><td>{esc(f.finding_id)}</td>"
             f"<td class='cap' title='{esc(f.caption)}'>{esc(short_caption(f.caption, run.class_prompt, 90))}</td>"
-            f"<td>{ratio_bar(r, top)}<span class='small'>{esc(ratio_text(r))}; {c.hypothesis.k}/{c.hypothesis.n} "
+            f"<td>{ratio_bar(r, top)}<span class='small'>{esc(headline(f))}; {c.hypothesis.k}/{c.hypothesis.n} "
             f"vs {c.baseline.k}/{c.baseline.n}</span></td><td class='small'>{esc(counterfactual_verdict(f, tests))}"
             f"</td><td><div class='examples'>{''.join(_img(emb, x) for x in examples(run, f))}</div></td></tr>")
     return (f"<div class='scroll'><table class='summary' id='{rid}-summary'><thead><tr><th>id</th>"
             "<th class='cap'>confirmed finding</th><th>failure-rate ratio to the class [95% CI], confirmation on "
             "fresh seeds</th><th>counterfactual edits</th><th>examples</th></tr></thead>"
             f"<tbody>{''.join(rows)}</tbody></table></div>"
-            "<p class='small muted'>Bars: log scale; the shaded span is the 95% interval, the dark tick the estimate "
-            "(corrected for selection where the confirmation gives it), the thin line 1× (no effect). Counterfactual "
+            "<p class='small muted'>≥: the caption fails at least this many times as often as the class, the least "
+            "ratio its confirmation's own exact test still rejects (all of a run's bounds hold together with "
+            "probability 1 − 2α). Bars: log scale; the shaded span is the 95% interval given selection (clipped below "
+            "at the bound), the dark tick the estimate (none where the correction gives none to trust), the thin "
+            "line 1× (no effect). Counterfactual "
             "edits: exact McNemar test of edited images against the same images control-edited.</p>")
 
 

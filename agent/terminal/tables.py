@@ -18,18 +18,20 @@ from rich.table import Table
 from rich.text import Text
 
 from sleuth.agent.mode_summary import (
+    WEAK_MARK,
     ModeSummary,
     counts_text,
     effect_text,
     fails_as,
+    is_weak,
     mode_ids,
     p_text,
     phrasings_text,
 )
 from sleuth.tools import stats
-from sleuth.tools.findings import Finding
+from sleuth.tools.findings import Evidence, Finding
 from sleuth.tools.investigation import Investigation, Test
-from sleuth.tools.text import num, pv
+from sleuth.tools.text import num, pv, together
 
 if TYPE_CHECKING:
     from sleuth.agent.mitigate import MitigationResult
@@ -51,6 +53,23 @@ def _rate(k: int, n: int) -> str:
 
 def _ratio(r: stats.RatioCI | None) -> str:
     return "n/a" if r is None else f"{num(r.ratio)}× [{num(r.low)}, {num(r.high)}]"
+
+
+WEAK_WORDS = "weak: corrected for selection, the data do not say by how much more"
+
+
+def bound_words(alpha: float) -> str:
+    """How a table's caption explains the headline bound."""
+    return ("fails at least: times the class's failure rate, the least ratio the confirmation's own exact test still "
+            f"rejects (all of them hold together with {together(alpha)} probability)")
+
+
+def _headline(c: Evidence) -> str:
+    """A confirmation's one number: its bound (``≥ 2.61×``, then "weak" where the correction for selection leaves
+    open by how much more), or its effect with interval where the transcript has no bound."""
+    if c.bound is None:
+        return _ratio(c.effect or c.rate_ratio)
+    return f"≥ {num(c.bound)}×" + (f" {WEAK_MARK}" if is_weak(c.effect or c.rate_ratio) else "")
 
 
 def short(caption: str, class_prompt: str) -> str:
@@ -111,7 +130,8 @@ def modes_table(inv: Investigation, modes: Sequence[ModeSummary]) -> RenderableT
     table.add_column("what fails", ratio=1, overflow="fold", min_width=20)
     table.add_column("fails as", max_width=12)
     table.add_column("confirmation k/n", no_wrap=True)
-    table.add_column("ratio [95% CI]", max_width=18)
+    bounded = any(m.at_least is not None for m in modes)
+    table.add_column("fails at least" if bounded else "ratio [95% CI]", max_width=18)
     table.add_column("adj. p", no_wrap=True, justify="right")
     table.add_column("edits", max_width=13)
     table.add_column("phrasings", max_width=12)
@@ -120,9 +140,11 @@ def modes_table(inv: Investigation, modes: Sequence[ModeSummary]) -> RenderableT
         table.add_row(m.mode_id, Text(f"{m.best} {short(m.caption, inv.class_prompt)}"), Text(fails_as(m)),
                       counts_text(m), Text(effect_text(m, interval=False)), p_text(m),
                       edits_verdict(inv, best) if best is not None else "not tested", phrasings_text(m))
+    number = (f"{bound_words(inv.alpha)}; {WEAK_WORDS}" if bounded else
+              "ratio corrected for selection; weak: its interval reaches 1")
     table.caption = ("A failure mode: the findings whose failures show one cause. Its numbers are its best-evidenced "
-                     "finding's confirmation on fresh seeds (ratio corrected for selection; weak: its interval reaches "
-                     "1); edits: that finding's counterfactual edits (their p in the findings table); phrasings: the "
+                     f"finding's confirmation on fresh seeds ({number}); edits: that finding's counterfactual edits "
+                     "(their p in the findings table); phrasings: the "
                      "mode's other findings, and its tests behind no finding ('as m…' in the other tests).")
     table.caption_justify = "left"
     return table
@@ -141,7 +163,8 @@ def confirmed_table(inv: Investigation, modes: Mapping[str, str] | None = None) 
         table.add_column("mode", no_wrap=True)
     table.add_column("finding", ratio=1, overflow="fold", min_width=24)
     table.add_column("confirmation k/n", no_wrap=True)
-    table.add_column("ratio [95% CI]")
+    bounded = any(f.confirmation.bound is not None for f in findings)
+    table.add_column("fails at least" if bounded else "ratio [95% CI]")
     table.add_column("adj. p", no_wrap=True, justify="right")
     table.add_column("counterfactual edits")
     for f in findings:
@@ -149,10 +172,11 @@ def confirmed_table(inv: Investigation, modes: Mapping[str, str] | None = None) 
         table.add_row(f.finding_id, *([modes.get(f.finding_id, "–")] if modes else []),
                       Text(short(f.caption, inv.class_prompt)),
                       f"{c.hypothesis.k}/{c.hypothesis.n} vs {c.baseline.k}/{c.baseline.n}",
-                      _ratio(c.effect or c.rate_ratio), pv(c.adjusted_p), counterfactual_verdict(inv, f))
-    table.caption = (f"Confirmation on fresh seeds; ratio: failure-rate ratio to the class, corrected for selection "
-                     f"where the confirmation gives it; adj. p: over {inv.max_confirmations} declared confirmation "
-                     "attempts; counterfactual edits: exact McNemar against control edits.")
+                      _headline(c), pv(c.adjusted_p), counterfactual_verdict(inv, f))
+    number = (f"{bound_words(inv.alpha)}; {WEAK_WORDS}" if bounded else
+              "ratio: failure-rate ratio to the class, corrected for selection where the confirmation gives it")
+    table.caption = (f"Confirmation on fresh seeds; {number}; adj. p: over {inv.max_confirmations} declared "
+                     "confirmation attempts; counterfactual edits: exact McNemar against control edits.")
     table.caption_justify = "left"
     return table
 

@@ -120,9 +120,11 @@ of the audit's C classes: a finding is audit-significant when min(1, C * its adj
 union bound over every attempt the classes declared, P(any false audit-significant finding) <= alpha (family-wise).
 
 Modules: `rates` (intervals, rate ratios), `comparisons` (exact tests, multiplicity), `sequential` (plans),
-`shared_baseline` (exact errors of attempts that share a baseline), `selection` (effects corrected for selection).
+`shared_baseline` (exact errors of attempts that share a baseline), `selection` (effects corrected for selection),
+`bound` (a confirmed finding's headline lower bound).
 """
 
+from sleuth.tools.stats.bound import given_selection, headline_bound
 from sleuth.tools.stats.comparisons import (
     Comparison,
     McNemar,
@@ -163,6 +165,8 @@ __all__ = [
     "conditional_effects",
     "default_plan",
     "fisher_p_greater",
+    "given_selection",
+    "headline_bound",
     "mcnemar_exact",
     "non_inferiority",
     "paired_difference",
