@@ -147,3 +147,16 @@ def test_finish_lists_the_recorded_findings_and_refuses_a_summary_that_denies_th
     done = call(ctx, "finish", summary="Snow fails. No other hypothesis replicated.")
     assert done.n_findings == 1 and done.findings[0].startswith("f1 ") and SNOW in done.findings[0]
     assert ctx.finished and ctx.final_answer.endswith(f"Recorded findings: {done.findings[0]}.")
+
+
+def test_a_finding_cites_its_captions_first_supported_confirmation(ctx):
+    # Confirming a caption again and citing the best of the supported attempts would overstate its effect (the best
+    # of three confirmations inflates the corrected median by a fifth to two fifths): the first one stands.
+    snow = call(ctx, "measure_rate", caption=SNOW)
+    first = call(ctx, "measure_rate", caption=SNOW, confirm=True, max_n=200)
+    second = call(ctx, "measure_rate", caption=SNOW, confirm=True, max_n=200, first_n=100)
+    assert first.verdict == second.verdict == "supported"
+    with pytest.raises(ToolError, match=f"first confirmed by {first.test_id}"):
+        call(ctx, "record_finding", caption=SNOW, discovery_test=snow.test_id, confirmation_test=second.test_id)
+    f = call(ctx, "record_finding", caption=SNOW, discovery_test=snow.test_id, confirmation_test=first.test_id)
+    assert f.confirmation.test_id == first.test_id

@@ -11,9 +11,11 @@ Two rules hold for every tool that edits (``edit_image``, ``measure_rate(mode="c
   editor destroying or replacing the object. Such pairs are left out of the paired test, and how many, by which
   filter, is reported.
 - **Edits are compared with a control edit through the same editor**: a *placebo* edit to a caption that changes as
-  much text but names nothing new (the source caption and as many added words of a neutral phrasing, `NEUTRAL`:
-  "it is shown here."), or, where that is no more costly and as valid, a *sham* edit with the caption unchanged (for a
-  diffusion editor: inversion and reconstruction; for toyworld: the same scene re-rendered).
+  much text but names nothing new (the source caption and neutral sentences with as many added words, and among
+  them as many content words by the editor's own ``is_content``, "it is shown." for "it is daytime.": the editor
+  re-weights and blends them as it does the attribute's words), or, where that is no more costly and as valid, a
+  *sham* edit with the caption unchanged (for a diffusion editor: inversion and reconstruction; for toyworld: the
+  same scene re-rendered).
   ``measure_rate(mode="counterfactual")`` tests the edited image against the control-edited one, pair by pair, by
   the exact McNemar test, so it asks whether the captioned attribute changes failures, not whether editing does,
   nor whether changing the caption does: an editor that damages images whenever their caption changes (prompt-to-
@@ -31,6 +33,7 @@ import hashlib
 import math
 import re
 from collections import Counter
+from collections.abc import Callable
 from typing import Literal
 
 import numpy as np
@@ -39,9 +42,11 @@ from pydantic import BaseModel, Field
 from sleuth.tools import stats
 from sleuth.tools.backends.base import BackendError, EditOutcome, Generation, edit_cost
 from sleuth.tools.backends.criteria import failed as failed_by_criterion
+from sleuth.tools.backends.sd_edit.p2p import STOP_WORDS
 from sleuth.tools.cache import edit_key
 from sleuth.tools.defaults import BUDGET_EXHAUSTED
 from sleuth.tools.investigation import Investigation, Sample
+from sleuth.tools.perturb_caption import FUNCTION_WORDS
 from sleuth.tools.registry import ToolError
 from sleuth.tools.text import pv
 
@@ -50,12 +55,20 @@ MAX_PAIRS = 200
 
 Control = Literal["sham", "placebo"]
 
-NEUTRAL: dict[int, str] = {1: "shown.", 2: "shown here.", 3: "it is shown.", 4: "it is shown here.",
-                           5: "this is it, shown here.", 6: "this is the one shown here.",
-                           7: "this is the one that is shown."}
-"""Neutral phrasings by word count: they name no object, attribute, place or style, so a classifier should ignore
-them and a text-to-image model has nothing new to draw (every word is one toyworld's parser reads as naming
-nothing, like a weak text encoder's stop words)."""
+NEUTRAL_CONTENT = ("shown", "seen", "taken", "appears", "looking", "photographed")
+"""Words that name nothing to draw (no object, attribute, place or style; toyworld's parser reads them as nothing)
+but that an editor counts as content words, and so re-weights and blends as it does an attribute's words: the
+placebo adds as many of them as the edit adds content words, so that both arms take the same editing path."""
+NEUTRAL_FILLER = ("it", "is", "here", "this", "one", "that", "the")
+"""Words no editor is expected to count as content (pronouns, auxiliaries, determiners): the rest of the placebo."""
+CONTENT_STOP_WORDS = FUNCTION_WORDS | STOP_WORDS
+"""Words an editor that declares no ``is_content`` is taken to carry along without naming anything: the project's
+function words and prompt-to-prompt's stop words."""
+
+
+def default_is_content(word: str) -> bool:
+    """A word that names something, for an editor that does not say which words it treats as content."""
+    return word.lower() not in CONTENT_STOP_WORDS
 
 
 def _words(text: str) -> list[str]:
@@ -67,26 +80,58 @@ def added_words(source: str, target: str) -> int:
     return sum((Counter(_words(target)) - Counter(_words(source))).values())
 
 
-def placebo_caption(source: str, target: str) -> str | None:
-    """``source`` with as many words of neutral phrasing appended as ``target`` adds to it (None when it adds none):
-    the same amount of caption change as the edit, naming nothing new."""
-    n = added_words(source, target)
+def added_content_words(source: str, target: str, is_content: Callable[[str], bool] = default_is_content) -> int:
+    """Content words (by ``is_content``) of ``target`` that ``source`` does not have, as a multiset."""
+    new = Counter(_words(target)) - Counter(_words(source))
+    return sum(n for w, n in new.items() if is_content(w))
+
+
+def placebo_caption(source: str, target: str, is_content: Callable[[str], bool] = default_is_content) -> str | None:
+    """``source`` with neutral sentences appended that add as many words as ``target`` adds to it, and among them as
+    many content words (by the editor's ``is_content``): the same amount of caption change through the same editing
+    path, naming nothing new. None when the target adds no word; ValueError when the editor counts every neutral
+    content word as a stop word (or every filler as content), so that no placebo can match it."""
+    n, c = added_words(source, target), added_content_words(source, target, is_content)
     if n == 0:
         return None
-    parts = []
-    while n > 0:
-        k = min(n, max(NEUTRAL))
-        parts.append(NEUTRAL[k])
-        n -= k
+    content = [w for w in NEUTRAL_CONTENT if is_content(w)]
+    filler = [w for w in NEUTRAL_FILLER if not is_content(w)]
+    if (c and not content) or (n > c and not filler):
+        raise ValueError("no neutral phrasing matches this editor's content words: it counts "
+                         + ("every neutral word as a stop word" if c and not content else "every filler as content"))
+    sentences = [_sentence(content[i % len(content)] if c else None, f, filler)
+                 for i, f in enumerate(_spread(n - c, max(c, 1)))]
     base = source.rstrip()
-    return f"{base}{'' if base.endswith('.') else '.'} {' '.join(parts)}"
+    return f"{base}{'' if base.endswith('.') else '.'} {' '.join(sentences)}"
+
+
+def _spread(total: int, parts: int) -> list[int]:
+    """``total`` split into ``parts`` near-equal counts, the larger first."""
+    return [total // parts + (i < total % parts) for i in range(parts)]
+
+
+def _sentence(word: str | None, fillers: int, filler: list[str]) -> str:
+    """One neutral sentence: ``word`` (a neutral content word, or none) and ``fillers`` filler words around it: "it is
+    shown.", "seen here.", "it is taken here." (the editor's own fillers, in turn, where it counts one of these as
+    content)."""
+    pattern = {0: ([], []), 1: ([], ["here"]), 2: (["it", "is"], [])}.get(fillers, (["it", "is"], ["here"]))
+    before, after = pattern
+    extra = [w for w in ("this", "one", "that", "the", "it", "is") * fillers][: max(0, fillers - 3)]
+    words = [*before, *([word] if word else []), *after, *extra]
+    if any(w not in filler for w in words if w != word):  # the editor counts one of them as content: its fillers
+        words = [filler[i % len(filler)] for i in range(fillers)] + ([word] if word else [])
+    return " ".join(words) + "."
 
 
 def control_for(editor: object, source: str, target: str) -> tuple[Control, str]:
-    """The control edit of ``source`` -> ``target`` through ``editor``, and its caption: the placebo, unless the editor
-    declares that a neutral phrasing renders exactly as the unchanged caption (then the sham is the same control) or
-    the target adds no word."""
-    placebo = None if getattr(editor, "sham_is_placebo", False) else placebo_caption(source, target)
+    """The control edit of ``source`` -> ``target`` through ``editor``, and its caption: the placebo (matched to the
+    editor's content words, ``is_content`` where it declares one), unless the editor declares that a neutral
+    phrasing renders exactly as the unchanged caption (then the sham is the same control) or the target adds no
+    word."""
+    if getattr(editor, "sham_is_placebo", False):
+        return ("sham", source)
+    check = getattr(editor, "is_content", None)
+    placebo = placebo_caption(source, target, check if callable(check) else default_is_content)
     return ("sham", source) if placebo is None else ("placebo", placebo)
 
 
@@ -243,7 +288,10 @@ def edit_and_classify(inv: Investigation, gens: list[Generation], source: str, t
     also pass each image through the editor to the control caption (``control_for``: a placebo, or the caption
     unchanged), paid for too: one more edit per image."""
     images = [g.image for g in gens]
-    control, control_caption = control_for(inv.backends.editor, source, target)
+    try:
+        control, control_caption = control_for(inv.backends.editor, source, target)
+    except ValueError as e:
+        raise ToolError(f"{target!r}: {e}, so its counterfactual has no control to test against") from None
     inv.budget.spend_editing(editing_charge(inv, images + images if sham else images))
     outcomes = []
     shams: list[EditOutcome] = []

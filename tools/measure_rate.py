@@ -19,7 +19,14 @@ from pydantic import BaseModel, Field
 from sleuth.tools import stats
 from sleuth.tools.common import SampleSummary, investigation, sample_line, summarise
 from sleuth.tools.context import ToolContext
-from sleuth.tools.counterfactual import Flip, counterfactual_pairs, counterfactual_size, mcnemar_text, paired_counts
+from sleuth.tools.counterfactual import (
+    Flip,
+    control_for,
+    counterfactual_pairs,
+    counterfactual_size,
+    mcnemar_text,
+    paired_counts,
+)
 from sleuth.tools.defaults import BASELINE_N, FIRST_N
 from sleuth.tools.designs import Spending
 from sleuth.tools.investigation import (
@@ -289,6 +296,10 @@ def _counterfactual(inv: Investigation, args: Args, purpose: Purpose) -> Result:
         raise ToolError(f"{args.caption!r} adds no word to the class prompt {inv.class_prompt!r} (it drops or "
                         "reorders words): a counterfactual edits an attribute into class images, so its caption "
                         "names one the class prompt does not")
+    try:  # refused before any image is made when no placebo can match the edit through this editor
+        control_for(inv.backends.editor, inv.class_prompt, args.caption)
+    except ValueError as e:
+        raise ToolError(f"{args.caption!r}: {e}, so its counterfactual has no control to test against") from None
     n, notes = counterfactual_size(inv, args.max_n, sham=True)
     used = inv.budget.used
     base = inv.sample(inv.class_prompt, n, purpose=purpose, task=f"counterfactual ({purpose})")

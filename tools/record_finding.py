@@ -4,7 +4,8 @@ The tool checks the evidence itself, so no planner can claim what the data does 
 measurement of this caption, or of a caption it narrows (its content words plus at most ``MAX_EXTRA_WORDS`` more: a
 longer caption the recorded one refines, not a catalogue of alternatives), that showed the increase, and a confirmation
 measurement of this very caption, on seeds disjoint from discovery, significant after adjustment over the
-investigation's declared confirmation family (every confirmation attempt counts, repeats of a caption included).
+investigation's declared confirmation family (every confirmation attempt counts, repeats of a caption included),
+and the first such confirmation of the caption (citing the best of several would overstate its effect).
 A finding's counterfactual may be cited when it is recorded or added later: recording the same caption again with
 the same evidence and a counterfactual updates the finding under its id.
 """
@@ -134,6 +135,13 @@ def run(args: Args, ctx: ToolContext) -> Result:
         raise ToolError(f"not recorded: confirmation {c.id} is not significant (adjusted p = {c.adjusted_p:.3g} "
                         f"over the {inv.max_confirmations} declared confirmation attempts, {c.k1}/{c.n1} vs baseline "
                         f"{c.k0}/{c.n0}); the effect did not replicate on fresh seeds")
+    first = next(t for t in inv.tests if t.purpose == "confirmation" and t.kind == "rate"
+                 and normalise_caption(t.caption) == normalise_caption(args.caption) and t.adjusted_p <= alpha
+                 and t.k1 * t.n0 > t.k0 * t.n1)
+    if first.id != c.id:
+        # The best of several supported confirmations would overstate the effect: the first one stands.
+        raise ToolError(f"{args.caption!r} was first confirmed by {first.id}: a finding cites its caption's first "
+                        f"supported confirmation, not a later one ({c.id})")
     cf = inv.test(args.counterfactual_test) if args.counterfactual_test else None
     if cf is not None and (cf.kind != "counterfactual" or not refines(args.caption, cf.caption)):
         raise ToolError(f"{cf.id} is not a counterfactual measurement of {args.caption!r}")

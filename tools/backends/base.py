@@ -164,7 +164,9 @@ class Editor(Protocol):
     (True: its outcomes are not bit-reproducible, e.g. a GPU diffusion model, or are costly, so the investigation
     keeps them by image and captions and a re-run reuses them), and ``sham_is_placebo`` (True: its output depends on
     a caption only through what the caption names, so an edit to a neutral rephrasing gives the image an unchanged
-    caption gives, and the counterfactual test may use the sham edit as its control; see tools/counterfactual.py)."""
+    caption gives, and the counterfactual test may use the sham edit as its control; see tools/counterfactual.py),
+    and ``is_content(word)`` (the words it treats as naming something, re-weighting or blending them: the placebo
+    control adds as many of those as the edit does)."""
 
     id: str
 
@@ -236,13 +238,15 @@ class EditorView:
     """An editor as tools hold it: id, edit, and what it declares (its cost, whether its outcomes are kept, whether
     its sham edit is as good a control as a placebo)."""
 
-    __slots__ = ("cache_outcomes", "cost", "edit", "id", "sham_is_placebo")
+    __slots__ = ("cache_outcomes", "cost", "edit", "id", "is_content", "sham_is_placebo")
 
     def __init__(self, impl: Editor) -> None:
         self.id: str = impl.id
         self.cost: EditCost = edit_cost(impl)
         self.cache_outcomes: bool = bool(getattr(impl, "cache_outcomes", False))
         self.sham_is_placebo: bool = bool(getattr(impl, "sham_is_placebo", False))
+        check = getattr(impl, "is_content", None)
+        self.is_content: Callable[[str], bool] | None = (lambda word: bool(check(word))) if callable(check) else None
         self.edit: Callable[[Generation, str, str], EditOutcome] = (
             lambda generation, source, target: impl.edit(generation, source, target))
 

@@ -55,6 +55,7 @@ from sleuth.tools.backends.sd_edit.p2p import (
     TokenAlignment,
     align,
     controlled,
+    is_content,
     word_tokens,
 )
 from sleuth.tools.backends.sd_edit.regions import RegionSettings, class_region
@@ -276,6 +277,7 @@ class SDEditor:
         self.cost = cost or default_cost(self.inversion_settings, self.settings, scorer is not None)
         """What an inversion and an edit cost the image budget, and the cap on counterfactual pairs."""
         self.cache_outcomes = True
+        self.is_content = is_content  # the words prompt-to-prompt re-weights and blends
         """Edits are costly and, on a GPU, not bit-reproducible: investigations keep them (tools/counterfactual.py)."""
         if pipeline is not None:
             self._prepare(pipeline)
