@@ -59,8 +59,8 @@ def test_audit_runs_each_class_under_the_budgets_and_ranks_findings(tmp_path):
     assert (control["error"], control["level"]) == ("family-wise", 0.05)
     assert control["family"] == (f"{cat['confirmations_declared'] + dog['confirmations_declared']} declared "
                                  "confirmation attempts of the audit's 3 classes")
-    lows = [f["confirmation"]["rate_ratio_ci"][0] or 0.0 for f in out["findings"]]
-    assert lows == sorted(lows, reverse=True)  # ranked by the confirmation's lower bound
+    lows = [f["confirmation"]["at_least"] for f in out["findings"]]
+    assert all(b >= 1 for b in lows) and lows == sorted(lows, reverse=True)  # ranked by the headline bound
     top = out["findings"][0]
     assert top["caption"] == "a realistic photograph of a cat. it is in the snow."
     d = top["discovery"]

@@ -85,10 +85,15 @@ def _effect(ratio: float | None, ci: Sequence[float | None]) -> tuple[float, flo
 
 
 def ranked(classes: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Confirmed findings of every class, surest large effect first: by the lower bound of the confirmation's rate
-    ratio interval (the confirmation, on fresh seeds, is the estimate free of selection)."""
+    """Confirmed findings of every class, surest large effect first: by the confirmation's headline bound (how much
+    more often the caption fails at least), or the lower end of its rate ratio's interval where a transcript has no
+    bound."""
     rows = [f for c in classes for f in c["findings"]]
-    return sorted(rows, key=lambda f: (-(f["confirmation"]["rate_ratio_ci"][0] or 0.0), f["label"], f["caption"]))
+
+    def low(f: dict[str, Any]) -> float:
+        c = f["confirmation"]
+        return c.get("at_least") or c["rate_ratio_ci"][0] or 0.0
+    return sorted(rows, key=lambda f: (-low(f), f["label"], f["caption"]))
 
 
 def ranked_unconfirmed(classes: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -168,16 +173,20 @@ def findings_table(summary: dict[str, Any]) -> Table:
     table.add_column("mode", no_wrap=True)
     table.add_column("hypothesis", overflow="fold", ratio=3)
     table.add_column("confirmed", no_wrap=True)
-    for col in ("failures k/n [95% CI]", "baseline k/n [95% CI]", "rate ratio [95% CI]", "adj. p", "audit p"):
+    for col in ("failures k/n [95% CI]", "baseline k/n [95% CI]", "rate ratio", "adj. p", "audit p"):
         table.add_column(col, overflow="fold", ratio=1)
     control = summary.get("audit_control")
+    table.caption = ("rate ratio: a confirmed finding's ≥ bound (it fails at least this many times as often as its "
+                     "class: the least ratio its confirmation's own test still rejects), else the ratio [95% CI]")
     if isinstance(control, dict):
-        table.caption = f"audit p: {control['method']}; {control['statement']}"
+        table.caption += f"; audit p: {control['method']}; {control['statement']}"
     for row, confirmed in rows:
         e = row["confirmation"] if confirmed else row  # a finding's effect is its confirmation's estimate
         ci = e["rate_ratio_ci"]
+        number = (f"≥ {_x(e['at_least'])}×" if confirmed and e.get("at_least") is not None
+                  else f"{_x(e['rate_ratio'])} [{_x(ci[0])}, {_x(ci[1])}]")
         table.add_row(row["label"], row.get("mode_id") or "–", Text(row["caption"]), "yes" if confirmed else "no",
-                      _kn(e["hypothesis"]), _kn(e["baseline"]), f"{_x(e['rate_ratio'])} [{_x(ci[0])}, {_x(ci[1])}]",
+                      _kn(e["hypothesis"]), _kn(e["baseline"]), number,
                       pv(e["adjusted_p"]), pv(row["audit_p"]) if "audit_p" in row else "–",
                       style=None if confirmed else "dim")
     return table
