@@ -89,7 +89,7 @@ def test_every_rejection_the_protocols_designs_can_make_has_a_bound_of_at_least_
                     assert odds_ratio_bound(c - 1, n, int(k0), n0, look_threshold(plan, j)) == 1.0
 
 
-@pytest.mark.parametrize(("p0", "ratio", "measured"), [(0.05, 1.0, 0.013), (0.05, 1.5, 0.010), (0.02, 2.0, 0.009)])
+@pytest.mark.parametrize(("p0", "ratio", "measured"), [(0.05, 1.0, 51), (0.05, 1.5, 40), (0.02, 2.0, 36)])
 def test_an_attempts_bound_exceeds_the_truth_at_most_twice_its_level(p0, ratio, measured):
     # The 3x pass's design tested at alpha = 5% (a family of one attempt), so that errors are common enough to count:
     # the bound exceeds the true rate ratio only when the test of the true odds ratio rejects at some look (at most
@@ -104,7 +104,8 @@ def test_an_attempts_bound_exceeds_the_truth_at_most_twice_its_level(p0, ratio, 
     b = bounds_of(plan, d.baseline_n, k0, look, x, 0.05)
     assert np.all(b >= 1.0)
     wrong = stats.binomial_rate(int(np.sum(b > ratio)), runs, method="clopper-pearson")
-    assert wrong.high < 0.10 and wrong.rate == pytest.approx(measured, abs=0.006)  # docs/statistics.md's figures
+    # docs/statistics.md's figures (the runs are seeded; a few counts either way on another machine's arithmetic)
+    assert wrong.high < 0.10 and abs(wrong.k - measured) <= 3
     if ratio == 1.0:
         assert wrong.k == len(k0) and wrong.high < 0.05 + 0.01
 
@@ -161,3 +162,20 @@ def test_a_supported_confirmation_states_its_bound_in_every_view(tmp_path):
     console.print(confirmed_table(inv))
     out = console.export_text()
     assert f"≥ {r.bound:.3g}×" in out and "fails at least" in out and "90% probability" in out
+
+
+def test_the_demos_figures_in_docs_statistics():
+    # "… in the mountains.": 11 of 30 fresh images against 13 of 300, stopped at the 3x pass's first look (its
+    # futility rate 10.47% at the class rate); "a child's drawing of a cat": 10 of 30 against the same 13/300.
+    designs, _ = protocol_designs()
+    plan = designs[0].plan(0.05 / 40)
+    mountains = stats.headline_bound(11, 30, 13, 300, look_threshold(plan, 0), 0.05 / 40)
+    effect = stats.conditional_effect(plan, 11, 0, 13, 300, 0.1047)
+    assert mountains == pytest.approx(1.86, abs=0.005) and stats.rate_ratio(11, 30, 13, 300).ratio == \
+        pytest.approx(8.46, abs=0.005)
+    assert (effect.ratio, effect.low, effect.high) == pytest.approx((7.74, 1.58, 19.6), abs=0.05)
+    shown = stats.given_selection(effect, mountains)
+    assert (shown.ratio, shown.low, shown.high) == (effect.ratio, mountains, effect.high)
+    drawing = stats.headline_bound(10, 30, 13, 300, look_threshold(plan, 0), 0.05 / 40)
+    weak = stats.conditional_effect(plan, 10, 0, 13, 300, 0.1047)
+    assert drawing == pytest.approx(1.57, abs=0.005) and weak.low == pytest.approx(0.25, abs=0.005)

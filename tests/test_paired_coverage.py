@@ -72,6 +72,7 @@ def grid() -> dict[int, list[tuple[float, float, float, float]]]:
 
 def test_paired_interval_coverage_from_20_to_400_pairs(grid):
     """What docs/statistics.md states: the least coverage by n, where it falls below 94%, and how it approaches 95%."""
+    assert len(designs()) == 72 and all(len(rows) == 72 for rows in grid.values())
     least = {n: min(c for c, *_ in rows) for n, rows in grid.items()}
     assert least == pytest.approx({20: 0.9063, 30: 0.9057, 50: 0.9159, 100: 0.9298, 200: 0.9433, 400: 0.9464},
                                   abs=5e-5)
@@ -84,6 +85,7 @@ def test_paired_interval_coverage_from_20_to_400_pairs(grid):
     medians = [float(np.median([c for c, *_ in grid[n]])) for n in NS]
     assert medians[0] > medians[-1] and 0.95 < medians[-1] < 0.955
     assert max(c for c, *_ in grid[400]) < 0.999
+    assert max(c for c, *_ in grid[20]) == pytest.approx(1.0, abs=5e-4)  # "a 90.6-100% interval" at 20 pairs
     # The design of the audit that found the shortfall (p0 5%, p1 15%, 90% shared): 94.0% at 20 and at 50 pairs.
     at = {n: next(c for c, p0, r, a in grid[n] if (p0, r, a) == (0.05, 3.0, 0.9)) for n in NS}
     assert [round(at[n], 3) for n in (20, 50, 400)] == [0.940, 0.940, 0.949]

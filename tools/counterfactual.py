@@ -99,8 +99,12 @@ def placebo_caption(source: str, target: str, is_content: Callable[[str], bool] 
     if (c and not content) or (n > c and not filler):
         raise ValueError("no neutral phrasing matches this editor's content words: it counts "
                          + ("every neutral word as a stop word" if c and not content else "every filler as content"))
-    sentences = [_sentence(content[i % len(content)] if c else None, f, filler)
-                 for i, f in enumerate(_spread(n - c, max(c, 1)))]
+    # A sentence per content word, with up to MOST_FILLERS fillers each; fillers left over make sentences of their own.
+    per = _spread(min(n - c, MOST_FILLERS * c), c) if c else []
+    left = n - c - sum(per)
+    sentences = [_sentence(content[i % len(content)], f, filler) for i, f in enumerate(per)]
+    sentences += [_sentence(None, f, filler) for f in [MOST_FILLERS] * (left // MOST_FILLERS) + [left % MOST_FILLERS]
+                  if f]
     base = source.rstrip()
     return f"{base}{'' if base.endswith('.') else '.'} {' '.join(sentences)}"
 
@@ -110,15 +114,20 @@ def _spread(total: int, parts: int) -> list[int]:
     return [total // parts + (i < total % parts) for i in range(parts)]
 
 
+MOST_FILLERS = 4
+"""Most filler words around one neutral content word ("this one is shown here.")."""
+PATTERNS = {0: ([], []), 1: ([], ["here"]), 2: (["it", "is"], []), 3: (["it", "is"], ["here"]),
+            4: (["this", "one", "is"], ["here"])}
+"""Filler words before and after a sentence's content word, by how many fillers it has."""
+
+
 def _sentence(word: str | None, fillers: int, filler: list[str]) -> str:
-    """One neutral sentence: ``word`` (a neutral content word, or none) and ``fillers`` filler words around it: "it is
-    shown.", "seen here.", "it is taken here." (the editor's own fillers, in turn, where it counts one of these as
-    content)."""
-    pattern = {0: ([], []), 1: ([], ["here"]), 2: (["it", "is"], [])}.get(fillers, (["it", "is"], ["here"]))
-    before, after = pattern
-    extra = [w for w in ("this", "one", "that", "the", "it", "is") * fillers][: max(0, fillers - 3)]
-    words = [*before, *([word] if word else []), *after, *extra]
-    if any(w not in filler for w in words if w != word):  # the editor counts one of them as content: its fillers
+    """One neutral sentence: ``word`` (a neutral content word, or none) and ``fillers`` filler words around it ("it is
+    shown.", "seen here.", "this one is taken here.", "it is here."), the editor's own fillers in turn where it counts
+    one of these as content."""
+    before, after = PATTERNS[fillers]
+    words = [*before, *([word] if word else []), *after]
+    if any(w not in filler for w in [*before, *after]):
         words = [filler[i % len(filler)] for i in range(fillers)] + ([word] if word else [])
     return " ".join(words) + "."
 

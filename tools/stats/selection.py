@@ -29,7 +29,7 @@ well above 2x). The estimate here conditions on the selection instead, exactly a
   rare failures) that puts most estimates above the truth (at a class rate of 2% and a true 2x, 28% of them
   below it and a median of 2.4x; tests/test_selection.py), while with 1/4 recorded findings are median-unbiased
   within a few percent over the designs and rates simulated there, but one: a class failing 2% against the 3x
-  pass's 300 baseline images, where 36% to 45% of the estimates fall below a true 3x. Likewise at the greatest
+  pass's 300 baseline images, where 41% of the estimates fall below a true 3x. Likewise at the greatest
   count of its total (k0 = 0, say), with P(X < x) = 1/4 and an odds ratio's interval open to infinity. The only
   count of its total that rejects at its look (both at once) leaves nothing to estimate from: nan, with an interval
   from 0.
