@@ -135,13 +135,6 @@ def run(args: Args, ctx: ToolContext) -> Result:
         raise ToolError(f"not recorded: confirmation {c.id} is not significant (adjusted p = {c.adjusted_p:.3g} "
                         f"over the {inv.max_confirmations} declared confirmation attempts, {c.k1}/{c.n1} vs baseline "
                         f"{c.k0}/{c.n0}); the effect did not replicate on fresh seeds")
-    first = next(t for t in inv.tests if t.purpose == "confirmation" and t.kind == "rate"
-                 and normalise_caption(t.caption) == normalise_caption(args.caption) and t.adjusted_p <= alpha
-                 and t.k1 * t.n0 > t.k0 * t.n1)
-    if first.id != c.id:
-        # The best of several supported confirmations would overstate the effect: the first one stands.
-        raise ToolError(f"{args.caption!r} was first confirmed by {first.id}: a finding cites its caption's first "
-                        f"supported confirmation, not a later one ({c.id})")
     cf = inv.test(args.counterfactual_test) if args.counterfactual_test else None
     if cf is not None and (cf.kind != "counterfactual" or not refines(args.caption, cf.caption)):
         raise ToolError(f"{cf.id} is not a counterfactual measurement of {args.caption!r}")
@@ -159,6 +152,13 @@ def run(args: Args, ctx: ToolContext) -> Result:
         result = old.model_copy(update={"counterfactual": evidence(cf), "summary": args.summary or old.summary})
         inv.findings[i] = result
     else:
+        first = next(t for t in inv.tests if t.purpose == "confirmation" and t.kind == "rate"
+                     and normalise_caption(t.caption) == normalise_caption(args.caption) and t.adjusted_p <= alpha
+                     and t.k1 * t.n0 > t.k0 * t.n1)
+        if first.id != c.id:
+            # The best of several supported confirmations would overstate the effect: the first one stands.
+            raise ToolError(f"{args.caption!r} was first confirmed by {first.id}: a finding cites its caption's "
+                            f"first supported confirmation, not a later one ({c.id})")
         result = Result(
             finding_id=f"f{len(inv.findings) + 1}", caption=args.caption, summary=args.summary, confirmed=True,
             discovery=evidence(d), confirmation=evidence(c), counterfactual=evidence(cf) if cf else None,

@@ -133,8 +133,9 @@ def summary_block(run: RunReport, emb: ImageEmbedder, rid: str) -> str:
             f"vs {c.baseline.k}/{c.baseline.n}</span></td><td class='small'>{esc(counterfactual_verdict(f, tests))}"
             f"</td><td><div class='examples'>{''.join(_img(emb, x) for x in examples(run, f))}</div></td></tr>")
     return (f"<div class='scroll'><table class='summary' id='{rid}-summary'><thead><tr><th>id</th>"
-            "<th class='cap'>confirmed finding</th><th>failure-rate ratio to the class [95% CI], confirmation on "
-            "fresh seeds</th><th>counterfactual edits</th><th>examples</th></tr></thead>"
+            "<th class='cap'>confirmed finding</th><th>fails at least (≥), and its failure-rate ratio to the class "
+            "given selection [95% CI], confirmation on fresh seeds</th><th>counterfactual edits</th>"
+            "<th>examples</th></tr></thead>"
             f"<tbody>{''.join(rows)}</tbody></table></div>"
             "<p class='small muted'>≥: the caption fails at least this many times as often as the class, the least "
             "ratio its confirmation's own exact test still rejects (all of a run's bounds hold together with "
