@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from sleuth.agent.llm.client import LLMConfig
 from sleuth.tools.backends.specs import BackendSpecs
-from sleuth.tools.defaults import ALPHA, BASELINE_N, BUDGET, MAX_CONFIRMATIONS
+from sleuth.tools.defaults import ALPHA, BASELINE_N, BUDGET, CONFIRMATION_DRAWS, MAX_CONFIRMATIONS
 from sleuth.tools.designs import ConfirmationDesign
 
 MAX_IMAGES = 1_000_000
@@ -157,6 +157,10 @@ class RunSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
     seed: int = Field(0, ge=0, le=65535, description="Investigation seed: selects the blocks of fresh image seeds.")
+    confirmation_draw: int | None = Field(None, ge=0, lt=CONFIRMATION_DRAWS, description=(
+        "Which block of the seed's confirmation seeds the run confirms on (default: the first no earlier run of "
+        "the class with this seed and these backends claimed in this prediction cache, so a re-audit confirms on "
+        "fresh images; recorded, so forks, resumes and replays keep it)."))
     criterion: Criterion = Field("top1", description="Failure criterion: top-1 wrong, label not in the top 3, or no "
                                                      "top-3 label under the true label's parent (Wiles et al.).")
     alpha: float = Field(ALPHA, gt=0, lt=0.5, description="Family-wise error level of the findings.")
@@ -213,6 +217,7 @@ class RunConfig(RunSettings):
         data.pop("bench", None)
         data.setdefault("confirmations", MAX_CONFIRMATIONS)  # recorded before the family could be declared
         data.setdefault("confirmation_sizes", "legacy")  # recorded before sizes were fixed ahead of the baseline
+        data.setdefault("confirmation_draw", 0)  # recorded before re-audits drew fresh confirmation seeds
         return cls.model_validate(data)
 
     def record(self) -> dict[str, Any]:
@@ -233,6 +238,6 @@ def public_url(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
 
 
-AuditSettingsNames = ("seed", "criterion", "alpha", "confirmations", "backends", "planner", "classes", "budget",
-                      "executor")
+AuditSettingsNames = ("seed", "confirmation_draw", "criterion", "alpha", "confirmations", "backends", "planner",
+                      "classes", "budget", "executor")
 """Top-level settings of an audit file."""

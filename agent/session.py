@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata
+import json
 import os
 import platform
 import time
@@ -28,8 +29,9 @@ from sleuth.tools.artifacts import ArtifactStore
 from sleuth.tools.backends.base import Backends
 from sleuth.tools.cache import PredictionCache, default_path
 from sleuth.tools.context import ToolContext
-from sleuth.tools.defaults import MAX_CONFIRMATIONS
+from sleuth.tools.defaults import CONFIRMATION_DRAWS, MAX_CONFIRMATIONS
 from sleuth.tools.investigation import Budget, Investigation
+from sleuth.tools.registry import ToolError
 
 Progress = Callable[[str, int, int], None]
 
@@ -80,6 +82,13 @@ class Session:
     cache: PredictionCache | None = None
     """Prediction cache; default: the shared one under $SLEUTH_CACHE (in memory only if SLEUTH_NO_CACHE=1)."""
     subscribers: list[Callable[[Event], None]] = field(default_factory=list)
+    fresh: bool = True
+    """A new run (it claims its confirmation draw); False: a fork, resume or replay of a recorded one, which keeps
+    the draw its config recorded."""
+    earlier: list[str] = field(init=False, default_factory=list)
+    """Fresh runs (run directories) that claimed this seed before, in order: of any draw when the draw was left to
+    the claim, of the same draw when the config named one."""
+    _named_draw: bool = field(init=False, default=False)
     investigation: Investigation = field(init=False)
     ctx: ToolContext = field(init=False)
     artifacts: ArtifactStore = field(init=False)
@@ -94,6 +103,9 @@ class Session:
         if self.config.confirmation_designs is not None:
             self.config = self.config.model_copy(update={
                 "confirmations": sum(d.attempts for d in self.config.confirmation_designs)})
+        cache = self.cache if self.cache is not None else shared_cache()
+        if self.fresh:
+            self._claim_draw(cache)
         c = self.config
         self.investigation = Investigation(
             backends=self.backends, label=c.label, criterion=c.criterion, alpha=c.alpha,
@@ -101,10 +113,40 @@ class Session:
             confirmation_designs=list(c.confirmation_designs) if c.confirmation_designs is not None else None,
             legacy_confirmations=c.confirmation_sizes == "legacy",
             budget=Budget(images=c.budget), artifacts=self.artifacts, progress=self.progress, seed=c.seed,
-            cache=self.cache if self.cache is not None else shared_cache(),
+            draw=c.confirmation_draw or 0, cache=cache,
         )
         self.ctx = ToolContext(investigation=self.investigation, artifacts=self.artifacts)
         self.transcript = self.run_dir / "transcript.jsonl"
+
+    def _claim_draw(self, cache: PredictionCache) -> None:
+        """Claim the confirmation draw in the cache's ledger of seed claims: the config's, or the first no earlier
+        fresh run of this class, seed and backends holds (a run directory keeps its own, so a class an audit
+        restarts gets the draw it claimed)."""
+        self._named_draw = self.config.confirmation_draw is not None
+        ids = self.backends.ids
+        key = json.dumps([ids.get("generator"), ids.get("classifier"), self.config.label, self.config.seed])
+        try:
+            draw, self.earlier = cache.claim_draw(key, str(self.run_dir.resolve()), self.config.confirmation_draw,
+                                                  CONFIRMATION_DRAWS)
+        except ValueError as e:
+            raise ToolError(f"{self.config.label}, seed {self.config.seed}: {e}") from None
+        self.config = self.config.model_copy(update={"confirmation_draw": draw})
+
+    @property
+    def reaudit(self) -> str | None:
+        """What a user re-auditing a seed should know, or None for a seed's first run."""
+        if not self.earlier:
+            return None
+        c = self.config
+        names = ", ".join(Path(r).name for r in self.earlier[-2:])
+        runs = f"{len(self.earlier)} earlier runs" if len(self.earlier) > 1 else "an earlier run"
+        if c.confirmation_draw is not None and self._named_draw:
+            return (f"{c.label}, seed {c.seed}: confirmation draw {c.confirmation_draw} was used by {runs} ({names}); "
+                    "this run confirms on the same images, so it repeats their findings, false ones included: it is "
+                    "not fresh evidence.")
+        return (f"{c.label}, seed {c.seed} was audited by {runs} ({names}): this run sees the same discovery images "
+                f"and confirms on fresh ones (confirmation draw {c.confirmation_draw}). Its findings are a family of "
+                "their own: auditing again until something confirms is not covered by alpha.")
 
     @property
     def label(self) -> str:

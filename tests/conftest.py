@@ -63,6 +63,15 @@ def _private_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
         os.environ["SLEUTH_CACHE"] = old
 
 
+@pytest.fixture(autouse=True)
+def _fresh_seed_claims() -> None:
+    """Each test starts as on a machine that never ran an investigation: no seed is claimed, so a fresh run
+    confirms on draw 0 whatever ran before it (predictions stay cached: they do not depend on the claims)."""
+    from tests.fakeworld import forget_seed_claims
+
+    forget_seed_claims()
+
+
 @pytest.fixture()
 def sample_events() -> list[Event]:
     """Nine events, every kind; the middle one (line 5) is a tool result holding ``"k":37``."""

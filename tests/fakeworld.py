@@ -134,3 +134,17 @@ def new_session(backends: Backends, run_dir: Path, *, cache: PredictionCache | N
     """A session of the class 'cat' (unless ``settings`` name another) with the given config settings."""
     config = RunConfig.model_validate({"class": "cat", **settings})
     return Session(backends=backends, config=config, run_dir=run_dir, cache=cache, command=command)
+
+
+def forget_seed_claims() -> None:
+    """Forget which runs claimed which confirmation draws, in this process's shared caches and in the session's
+    cache file: what follows runs as on a machine that never ran an investigation."""
+    from sleuth.agent.session import _SHARED
+    from sleuth.tools.cache import default_path
+
+    for cache in _SHARED.values():
+        cache.forget_claims()
+    if default_path().is_file():
+        disk = PredictionCache(default_path())
+        disk.forget_claims()
+        disk.close()

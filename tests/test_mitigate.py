@@ -29,6 +29,7 @@ from sleuth.agent.transcript import read_transcript
 from sleuth.tools.backends.base import BackendError
 from sleuth.tools.backends.heads import Group, LinearHead, fit, reload, tail_logits
 from sleuth.tools.backends.specs import parse_spec
+from sleuth.tools.defaults import CONFIRMATION_DRAWS
 from sleuth.tools.investigation import CONFIRMATION_OFFSET, SEEDS_PER_INVESTIGATION
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "transcripts"
@@ -50,8 +51,10 @@ def fly_result(tmp_path_factory: pytest.TempPathFactory) -> tuple[MitigationResu
 
 
 def test_seed_spaces_are_disjoint_from_every_investigation() -> None:
-    # investigations: discovery [0, 2^40), confirmation [2^40, 2^41); 65536 seeds of 2^24 each fit inside them
-    assert 65536 * SEEDS_PER_INVESTIGATION <= CONFIRMATION_OFFSET <= TRAIN_OFFSET - 65536 * SEEDS_PER_INVESTIGATION
+    # investigations: discovery [0, 2^40), confirmation draw d [2^40 (1 + d), 2^40 (2 + d)); 65536 seeds of 2^24
+    # each fit inside each of them, and the last draw ends below the mitigation's training seeds
+    assert 65536 * SEEDS_PER_INVESTIGATION <= CONFIRMATION_OFFSET
+    assert CONFIRMATION_OFFSET * (1 + CONFIRMATION_DRAWS) <= TRAIN_OFFSET
     assert TRAIN_OFFSET + 65536 * SEEDS_PER_MITIGATION <= EVAL_OFFSET
     assert EVAL_OFFSET + 65536 * SEEDS_PER_MITIGATION < 1 << 63  # a signed 64-bit seed
 

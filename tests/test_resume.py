@@ -24,8 +24,9 @@ VOLATILE = {"ts", "hash", "prev_hash", "duration_s"}
 
 
 def session(parent: Path, backends=None) -> Session:
-    # The same leaf name everywhere, so run_started (its run_id is the directory name) compares equal.
-    return new_session(backends or fake_backends(), parent / "run")
+    # The same leaf name everywhere, so run_started (its run_id is the directory name) compares equal; the same
+    # confirmation draw, as a resume in the run's own directory claims (here each copy is another directory).
+    return new_session(backends or fake_backends(), parent / "run", confirmation_draw=0)
 
 
 def planner() -> ProtocolV1Planner:

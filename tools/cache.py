@@ -17,6 +17,11 @@ The same file keeps the *attempt ledger*: the confirmation attempts of a transcr
 share its first line, so its baseline and confirmation seeds), and the confirmation sizes its family declared. A fork
 draws the same confirmation baseline as its source, so its attempts belong to the source's declared family: counting
 them together keeps the chance that any branch records a false finding at alpha (tools/investigation.py).
+
+And it keeps the *seed claims*: which fresh runs used an investigation seed (backends, class, seed) for their
+confirmations. A later fresh run with the same seed draws the same discovery images but takes the next confirmation
+draw, a block of confirmation seeds no earlier run used, so a re-audit retests on fresh images instead of repeating
+the earlier findings, false ones included (agent/session.py).
 """
 
 from __future__ import annotations
@@ -90,6 +95,7 @@ class PredictionCache:
         self._edits: dict[str, EditOutcome] = {}
         self._families: dict[str, str] = {}
         self._attempts: dict[str, set[str]] = {}
+        self._claims: dict[str, list[tuple[int, str]]] = {}
 
     def get_many(self, generator_id: str, classifier_id: str, prompt: str,
                  seeds: Sequence[int]) -> list[Prediction | None]:
@@ -168,6 +174,39 @@ class PredictionCache:
             if self._db is not None:
                 self._db.execute("INSERT OR IGNORE INTO attempts VALUES (?, ?)", (family, attempt))
 
+    def claim_draw(self, key: str, claimant: str, draw: int | None = None,
+                   draws: int = 255) -> tuple[int, list[str]]:
+        """Claim a confirmation draw of ``key`` (an investigation's seed: backends, class and seed) for
+        ``claimant`` (a run directory): ``draw``, or (None) the one ``claimant`` holds, else the lowest no run
+        holds, of ``draws``. Returns it with the other claimants of ``key`` that came first (of that draw, when
+        ``draw`` is given; of any, otherwise). Atomic across processes sharing the file."""
+        with self._lock:
+            if self._db is not None:
+                self._db.execute("BEGIN IMMEDIATE")
+                try:
+                    rows = [(int(d), str(c)) for d, c in self._db.execute(
+                        "SELECT draw, claimant FROM claims WHERE key=? ORDER BY rowid", (key,)).fetchall()]
+                    got, others = _claim(rows, claimant, draw, draws)
+                    if (got, claimant) not in rows:
+                        self._db.execute("INSERT INTO claims VALUES (?, ?, ?)", (key, got, claimant))
+                    self._db.execute("COMMIT")
+                except BaseException:
+                    self._db.execute("ROLLBACK")
+                    raise
+                return got, others
+            rows = self._claims.setdefault(key, [])
+            got, others = _claim(rows, claimant, draw, draws)
+            if (got, claimant) not in rows:
+                rows.append((got, claimant))
+            return got, others
+
+    def forget_claims(self) -> None:
+        """Forget every seed claim, as on a machine that never ran one (tests start each case so)."""
+        with self._lock:
+            self._claims.clear()
+            if self._db is not None:
+                self._db.execute("DELETE FROM claims")
+
     def close(self) -> None:
         if self._db is not None:
             self._db.close()
@@ -191,6 +230,25 @@ def _set_up(db: sqlite3.Connection) -> None:
                "declared TEXT NOT NULL) WITHOUT ROWID")
     db.execute("CREATE TABLE IF NOT EXISTS attempts (family TEXT NOT NULL, attempt TEXT NOT NULL, "
                "PRIMARY KEY (family, attempt)) WITHOUT ROWID")
+    db.execute("CREATE TABLE IF NOT EXISTS claims (key TEXT NOT NULL, draw INTEGER NOT NULL, "
+               "claimant TEXT NOT NULL, UNIQUE (key, draw, claimant))")
+
+
+def _claim(rows: Sequence[tuple[int, str]], claimant: str, draw: int | None, draws: int) -> tuple[int, list[str]]:
+    """The draw ``claimant`` gets among ``rows`` (draw, claimant; in the order claimed), and the other claimants
+    before it: of that draw when ``draw`` is given, of any draw otherwise."""
+    rows = list(rows)
+    mine = next((i for i, (_, c) in enumerate(rows) if c == claimant and (draw is None or rows[i][0] == draw)),
+                len(rows))
+    if draw is None:
+        taken = {d for d, _ in rows}
+        draw = rows[mine][0] if mine < len(rows) else next((d for d in range(draws) if d not in taken), None)
+        if draw is None:
+            raise ValueError(f"all {draws} confirmation draws of this seed are used; choose another seed")
+        before = rows[:mine]
+    else:
+        before = [r for r in rows[:mine] if r[0] == draw]
+    return draw, list(dict.fromkeys(c for _, c in before if c != claimant))
 
 
 def _when_unlocked(step: Callable[[], None], wait_s: float = BUSY_S) -> None:

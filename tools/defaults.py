@@ -13,3 +13,5 @@ MAX_CONFIRMATIONS = 10
 
 BUDGET_EXHAUSTED = "image budget exhausted"
 """How every refusal for want of images begins (a run whose calls all get it has spent its budget)."""
+CONFIRMATION_DRAWS = 255
+"""Blocks of confirmation seeds each investigation seed owns: a re-audit with the same seed confirms on the next."""

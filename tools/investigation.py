@@ -18,7 +18,7 @@ from sleuth.tools.artifacts import ArtifactStore
 from sleuth.tools.backends.base import Backends, Generation, LabelSpace
 from sleuth.tools.backends.criteria import failed as failed_by_criterion
 from sleuth.tools.cache import Prediction, PredictionCache
-from sleuth.tools.defaults import ALPHA, BUDGET, BUDGET_EXHAUSTED, MAX_CONFIRMATIONS
+from sleuth.tools.defaults import ALPHA, BUDGET, BUDGET_EXHAUSTED, CONFIRMATION_DRAWS, MAX_CONFIRMATIONS
 from sleuth.tools.designs import ConfirmationDesign, Spending
 from sleuth.tools.findings import Finding
 from sleuth.tools.registry import ToolError
@@ -27,7 +27,9 @@ Criterion = Literal["top1", "topk", "parent"]
 Purpose = Literal["discovery", "confirmation"]
 
 # Seed spaces: discovery and confirmation draw from disjoint ranges, so no image is ever used for both; each
-# investigation seed owns 2**24 seeds of each range.
+# investigation seed owns 2**24 seeds of each range. Confirmation seeds come in draws: draw d of every investigation
+# seed lies in [2**40 (1 + d), 2**40 (2 + d)), so a re-audit with the same seed can confirm on images no earlier run
+# saw (agent/session.py claims the draws); the 255 draws end below the mitigation's seeds (2**48).
 CONFIRMATION_OFFSET = 1 << 40
 SEEDS_PER_INVESTIGATION = 1 << 24
 
@@ -167,6 +169,8 @@ class Investigation:
     """Called as (task, done, total) during long work; the terminal UI draws bars from it."""
     seed: int = 0
     """Investigation seed: selects this investigation's block of image seeds."""
+    draw: int = 0
+    """Confirmation draw: which block of the seed's confirmation seeds this investigation confirms on."""
     cache: PredictionCache | None = None
     """Predictions by (backend ids, prompt, seed); None: a private in-memory cache."""
     _next_seed: dict[str, int] = field(default_factory=dict)
@@ -191,6 +195,8 @@ class Investigation:
             raise ToolError(labels.unknown_message(self.label))
         if not 0 <= self.seed < (1 << 16):
             raise ToolError(f"investigation seed must be in [0, 65535], got {self.seed}")
+        if not 0 <= self.draw < CONFIRMATION_DRAWS:
+            raise ToolError(f"confirmation draw must be in [0, {CONFIRMATION_DRAWS - 1}], got {self.draw}")
         self._next_seed = dict(self.seed_bases())
         if self.confirmation_designs is not None:
             if not self.confirmation_designs or len({d.key for d in self.confirmation_designs}) != \
@@ -207,7 +213,7 @@ class Investigation:
 
     def seed_bases(self) -> dict[str, int]:
         start = self.seed * SEEDS_PER_INVESTIGATION
-        return {"discovery": start, "confirmation": CONFIRMATION_OFFSET + start}
+        return {"discovery": start, "confirmation": CONFIRMATION_OFFSET * (1 + self.draw) + start}
 
     @property
     def labels(self) -> LabelSpace:

@@ -71,6 +71,9 @@ def main() -> None:
             (made,) = Path(runs).iterdir()
             made.rename(target)
         print(target.name, prune_artifacts(target))
+    # Its own cache: each example is a first audit of its seeds (on a cache shared with the run above, the audit's
+    # fly would confirm on the next confirmation draw, as a re-audit does).
+    with tempfile.TemporaryDirectory() as cache:
         audit = HERE / "audit-fly-cat"
         shutil.rmtree(audit, ignore_errors=True)
         sleuth("audit", "transcripts/audit-fly-cat.yaml", "--out", "transcripts/audit-fly-cat", "--json", cache=cache)

@@ -187,7 +187,8 @@ class Audit:
             # A class that began keeps the settings it recorded (its image budget came from earlier classes).
             return session_for(recorded, cdir, backends=self.backends, progress=self.progress, command="audit")
         c = self.config
-        config = RunConfig(label=label, budget=images, audit=self.run_dir.name, seed=c.seed, criterion=c.criterion,
+        config = RunConfig(label=label, budget=images, audit=self.run_dir.name, seed=c.seed,
+                           confirmation_draw=c.confirmation_draw, criterion=c.criterion,
                            alpha=c.alpha, confirmations=c.confirmations, backends=c.backends, planner=c.planner,
                            limits={"per_class": c.budget.per_class, "total": c.budget.total})
         return Session(backends=self.backends, config=config, run_dir=cdir, progress=self.progress, command="audit")
@@ -247,6 +248,9 @@ class Audit:
         events = read_transcript(session.transcript)
         summary = class_summary(label, key, inv, events, cont, self.clock.of(key))
         summary["transcript"] = str(session.transcript.relative_to(self.run_dir))
+        summary["confirmation_draw"] = inv.draw
+        if session.reaudit:
+            summary["reaudit"] = session.reaudit
         write_json(done, summary)
         return summary
 

@@ -36,6 +36,7 @@ SPEC_HELP = {
 
 # Where each config field is set on the command line, for error messages.
 FLAG_OF = {"class": "--class", "label": "--class", "budget": "--budget", "seed": "--seed", "alpha": "--alpha",
+           "confirmation_draw": "--confirmation-draw",
            "confirmations": "--confirmations",
            "criterion": "--criterion", "planner.baseline_n": "--baseline-n", "planner.max_turns": "--max-turns",
            "planner.max_seconds": "--max-seconds",
@@ -58,8 +59,9 @@ def add_run_arguments(p: argparse.ArgumentParser, *, max_turns: bool = True) -> 
     g = p.add_argument_group("statistics and limits")
     g.add_argument("--baseline-n", type=int, metavar="N",
                    help="class baseline images (300 protocol, 1000 others)")
-    g.add_argument("--seed", type=int, help=f"seed of the fresh image seeds ({default(RunConfig, 'seed')}); the "
-                   "same seed draws the same images: check a finding with another")
+    g.add_argument("--seed", type=int, help=f"seed of the image seeds ({default(RunConfig, 'seed')})")
+    g.add_argument("--confirmation-draw", type=int, metavar="D",
+                   help="block of confirmation seeds (default: the next unused)")
     g.add_argument("--criterion", choices=["top1", "topk", "parent"], metavar="top1|topk|parent",
                    help=f"failure: top-1 wrong, not in top-3, no top-3 label under the parent "
                         f"({default(RunConfig, 'criterion')})")
@@ -216,7 +218,8 @@ def run_config(args: argparse.Namespace) -> RunConfig:
     planner = planner_config(args)
     backends = backend_specs(args)
     settings = {"class": args.label, **_set(args, {"budget": "budget", "seed": "seed", "criterion": "criterion",
-                                                   "alpha": "alpha", "confirmations": "confirmations"})}
+                                                   "alpha": "alpha", "confirmations": "confirmations",
+                                                   "confirmation_draw": "confirmation_draw"})}
     try:
         config = RunConfig.model_validate({**settings, "planner": planner, "backends": backends})
     except ValidationError as e:

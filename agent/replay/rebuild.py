@@ -200,7 +200,7 @@ def session_for(started: RunStarted, run_dir: Path, *, backends: Backends | None
     check_backends(started, backends)
     try:
         session = Session(backends=backends, config=config, run_dir=run_dir, progress=progress,
-                          command=command or started.command)
+                          command=command or started.command, fresh=False)
     except ToolError as e:
         raise RebuildError(str(e), line=1) from None
     session.join_transcript(started)

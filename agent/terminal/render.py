@@ -131,6 +131,10 @@ def _run_started(e: RunStarted) -> RenderableType:
         rows.add_row("backends", Text(", ".join(f"{k}={v}" for k, v in e.backends.items())))
     if e.seeds:
         rows.add_row("seeds", Text(", ".join(f"{k}={v}" for k, v in e.seeds.items())))
+    draw = e.config.get("confirmation_draw") if e.config else None
+    if draw:
+        rows.add_row("confirmation", Text(f"draw {draw}: confirmation seeds of its own, the discovery images of seed "
+                                          f"{e.config.get('seed', 0)}"))
     if e.config:
         rows.add_row("config", Text(compact(e.config, 200)))
     return Panel(rows, title=Text(f"run {e.run_id}"), subtitle=Text(e.ts) if e.ts else None, border_style="blue")

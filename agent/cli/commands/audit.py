@@ -83,6 +83,8 @@ def _describe(c: dict[str, Any]) -> str:
              f"{len(c['findings'])} confirmed findings in {len(c.get('modes') or [])} failure mode(s)"]
     if c.get("stopped_by"):
         parts.append(c["stopped_by"])
+    if c.get("reaudit"):
+        parts.append(c["reaudit"])
     if rec.get("resumed"):
         parts.append(f"resumed after {rec['events_found']} recorded events ({rec['calls_rerun']} calls re-run)")
     if rec.get("torn_line_moved_to"):

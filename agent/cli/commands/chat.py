@@ -78,6 +78,8 @@ def run(args: argparse.Namespace) -> int:
         chat = Chat(session, writer, console, planner=planner, relay=relay, bars=show_bars,
                     max_turns=args.max_turns, protocol=protocol)
         console.print(banner(config.label, config.budget, str(session.transcript), model))
+        if session.reaudit:
+            console.print(session.reaudit, style="yellow", markup=False)
         chat.start()
         status = chat.loop(read)
         chat.finish(status)

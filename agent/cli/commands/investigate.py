@@ -33,9 +33,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="Print a JSON summary instead of the terminal report.")
     p.add_argument("--quiet", action="store_true", help="No live transcript, only the findings table.")
     p.add_argument("--reveal", action="store_true",
-                   help="toyworld only: after the run, print the answer key (the class's planted bugs and decoys, "
-                        "which findings the oracle matches to them, what was missed and why). The planner never "
-                        "sees it, and it is not written to the transcript.")
+                   help="toyworld only: after the run, the answer key (planted bugs and decoys, the findings that "
+                        "match them, why a bug was missed); never shown to the planner or written")
     add_backend_arguments(p)
     add_planner_arguments(p)
 
@@ -56,6 +55,8 @@ def summary(session: Any, result: Any, seconds: float, modes: Sequence[ModeSumma
         "baseline": {"k": base.k, "n": base.n} if base is not None else None,
         "seconds": round(seconds, 2),
         "transcript": str(session.transcript),
+        "confirmation_draw": session.config.confirmation_draw,
+        "reaudit": session.reaudit,
         "hypotheses_tested": len([t for t in inv.tests if t.purpose == "discovery"]),
         "modes": [m.model_dump(mode="json") for m in modes],
         "findings": [{**FindingSummary.of(inv.label, f).model_dump(mode="json"), "mode_id": ids.get(f.finding_id)}
@@ -109,6 +110,8 @@ def run(args: argparse.Namespace) -> int:
     except ToolError as e:
         raise UsageError(str(e)) from None
     planner = session.planner()
+    if session.reaudit and not args.json:
+        console.print(Text(session.reaudit, style="yellow"))
     if not args.json and not args.quiet:
         def show(event: Any) -> None:
             renderable = render_event(event)
