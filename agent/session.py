@@ -10,6 +10,7 @@ import importlib.metadata
 import json
 import os
 import platform
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -123,11 +124,9 @@ class Session:
         fresh run of this class, seed and backends holds (a run directory keeps its own, so a class an audit
         restarts gets the draw it claimed)."""
         self._named_draw = self.config.confirmation_draw is not None
-        ids = self.backends.ids
-        key = json.dumps([ids.get("generator"), ids.get("classifier"), self.config.label, self.config.seed])
         try:
-            draw, self.earlier = cache.claim_draw(key, str(self.run_dir.resolve()), self.config.confirmation_draw,
-                                                  CONFIRMATION_DRAWS)
+            draw, self.earlier = cache.claim_draw(self._claim_key(), str(self.run_dir.resolve()),
+                                                  self.config.confirmation_draw, CONFIRMATION_DRAWS)
         except ValueError as e:
             raise ToolError(f"{self.config.label}, seed {self.config.seed}: {e}") from None
         self.config = self.config.model_copy(update={"confirmation_draw": draw})
@@ -147,6 +146,18 @@ class Session:
         return (f"{c.label}, seed {c.seed} was audited by {runs} ({names}): this run sees the same discovery images "
                 f"and confirms on fresh ones (confirmation draw {c.confirmation_draw}). Its findings are a family of "
                 "their own: auditing again until something confirms is not covered by alpha.")
+
+    def _claim_key(self) -> str:
+        ids = self.backends.ids
+        return json.dumps([ids.get("generator"), ids.get("classifier"), self.config.label, self.config.seed])
+
+    def discard(self) -> None:
+        """Remove the run directory of a run that never started (nothing generated, nothing found), and give back
+        the confirmation draw it claimed."""
+        if self.fresh:
+            (self.cache if self.cache is not None else shared_cache()).release_claim(
+                self._claim_key(), str(self.run_dir.resolve()))
+        shutil.rmtree(self.run_dir, ignore_errors=True)
 
     @property
     def label(self) -> str:

@@ -20,7 +20,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 from fakeworld import fake_backends
 from llm_stub import StubServer, text_reply, tool_call, tool_reply
 
-from sleuth.agent.chat import PROMPT, STOPPED, Chat, help_table
+from sleuth.agent.chat import PROMPT, STOPPED, Chat, auto_planner, help_table
 from sleuth.agent.chat import commands as C
 from sleuth.agent.chat.lineedit import history_path, line_reader, load_history, save_history
 from sleuth.agent.cli import main
@@ -137,14 +137,16 @@ def test_chat_history_is_saved_bounded_and_loaded(tmp_path):
 class Harness:
     """A chat over the fake backends, typed into from a list, its screen captured."""
 
-    def __init__(self, tmp_path: Path, planner=None) -> None:
-        self.session = new_session(fake_backends(), tmp_path / "run", cache=PredictionCache(), command="chat")
+    def __init__(self, tmp_path: Path, planner=None, auto=None, **settings) -> None:
+        self.session = new_session(fake_backends(), tmp_path / "run", cache=PredictionCache(), command="chat",
+                                   **settings)
         self.screen = io.StringIO()
         self.console = Console(file=self.screen, width=160, highlight=False, color_system=None)
         self.writer = TranscriptWriter(self.session.transcript)
         self.chat = Chat(self.session, self.writer, self.console, planner=planner, bars=False,
-                         protocol=lambda: ProtocolV1Planner("cat", "a realistic photograph of a cat", baseline_n=300,
-                                                          max_n=300, explore=False))
+                         protocol=(lambda: auto(self.session)) if auto is not None else
+                         lambda: ProtocolV1Planner("cat", "a realistic photograph of a cat", baseline_n=300,
+                                                   max_n=300, explore=False))
         self.chat.start()
 
     def type(self, *lines: str) -> str:
@@ -215,6 +217,54 @@ def test_auto_hands_over_to_the_protocol_planner_and_the_chat_goes_on(tmp_path):
     finish = next(e for e in events if isinstance(e, ToolReturned) and e.name == "finish")
     assert finish.ok and events.index(finish) < events.index(turns[-1])  # the chat outlived the planner's finish
     assert any("snow" in f.caption for f in h.session.investigation.findings)
+    assert events[-1].kind == "run_finished" and events[-1].status == "completed"
+
+
+@pytest.mark.parametrize("before", [
+    [],  # /auto alone: the protocol planner declares its own sizes for the session's family
+    # The user confirms first (declaring 100-image sizes for the whole family) and records a finding.
+    [f"/measure n=100 {SNOW}", f"/measure n=100 confirm {SNOW}", "/record t1 t2"],
+    # ... and makes refused calls too (sizes not declared; unknown tests).
+    [f"/measure n=50 confirm {SNOW}", f"/measure n=60 confirm {SNOW}. it is daytime.", "/record t7 t8", "/mesure"],
+])
+def test_auto_after_any_user_commands_goes_on_from_them_to_a_clean_end(tmp_path, before):
+    h = Harness(tmp_path, auto=lambda s: auto_planner(s), budget=6000)
+    screen = h.type(*before, "/auto", "/findings")
+    events = read_transcript(h.session.transcript)
+    planned = {e.call_id for t in events if isinstance(t, PlannerTurn) and t.model == "protocol"
+               for e in events if isinstance(e, ToolCalled) and any(c.id == e.call_id for c in t.tool_calls)}
+    refused = [e.error for e in events if isinstance(e, ToolReturned) and e.call_id in planned and not e.ok]
+    # The planner's confirmations use the declared sizes: none is refused for its sizes or its family.
+    assert not [r for r in refused if "declared" in r or "share out" in r or "forks" in r], refused
+    confirmed = [e for e in events if isinstance(e, ToolReturned) and e.call_id in planned and e.ok
+                 and e.name == "measure_rate" and e.result.get("purpose") == "confirmation"]
+    assert confirmed and h.session.investigation.findings
+    assert "did not replicate" not in " ".join(t.reasoning for t in events if isinstance(t, PlannerTurn)
+                                               for r in refused if r in t.reasoning)
+    finish = [e for e in events if isinstance(e, ToolReturned) and e.name == "finish"]
+    assert all(f.ok for f in finish), [f.error for f in finish]
+    assert events[-1].kind == "run_finished" and events[-1].status == "completed"
+    assert "Traceback" not in screen and "error in planner" not in screen
+    if "/record t1 t2" in before:  # the user's finding is named in the planner's summary
+        assert "Recorded before this procedure: f1" in finish[-1].result["summary"] if finish else True
+    if "/mesure" in before:
+        assert "unknown command /mesure; did you mean /measure?" in screen
+
+
+def test_a_refused_confirmation_is_not_reported_as_a_failed_replication(tmp_path, monkeypatch):
+    from sleuth.tools.investigation import Investigation
+    from sleuth.tools.registry import ToolError
+
+    def closed(self):
+        raise ToolError("no confirmation here")
+
+    monkeypatch.setattr(Investigation, "confirmation_alpha", closed)
+    h = Harness(tmp_path, auto=lambda s: auto_planner(s), budget=3000)
+    h.type("/auto")
+    events = read_transcript(h.session.transcript)
+    turns = [t.reasoning for t in events if isinstance(t, PlannerTurn) and t.model == "protocol"]
+    refused = [t for t in turns if "no confirmation here" in t]
+    assert refused and all("was refused" in t and "did not replicate" not in t for t in refused)
     assert events[-1].kind == "run_finished" and events[-1].status == "completed"
 
 

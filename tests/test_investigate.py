@@ -129,3 +129,25 @@ def test_ctrl_c_leaves_a_valid_transcript(tmp_path):
     assert "interrupted" in err and "Traceback" not in err
     events = read_transcript(transcript)
     assert events[-1].kind == "run_finished" and events[-1].status == "interrupted"
+
+
+def test_a_run_ends_in_one_screen_and_verbose_shows_every_step(capsys, tmp_path):
+    """By default a run shows one progress line, then the failure modes, its tests by verdict, the answer key
+    (--reveal) and the next command; -v streams every turn and ends with every finding and test."""
+    args = ["investigate", "--class", "cat", "--budget", "1500", "--runs", str(tmp_path), "--reveal"]
+    assert main(args) == 0
+    screen = capsys.readouterr().out
+    lines = screen.splitlines()
+    assert len(lines) <= 60, screen
+    assert "failure modes from" in lines[0] and "fails at least" in lines[1]
+    assert "╭─ planner" not in screen and "→ measure_rate" not in screen  # no turn-by-turn stream
+    counts = next(i for i, line in enumerate(lines) if line.startswith("Tests: "))
+    assert "discovery (" in lines[counts] and "confirmation attempt" in lines[counts]
+    assert counts < next(i for i, line in enumerate(lines) if line.startswith("Answer key"))
+    assert "FOUND by mode m" in screen
+    run = next(tmp_path.iterdir())
+    assert f"Next: sleuth report {run} --open" in " ".join(screen.split())
+    assert main([*args[:-1], "-v", "--runs", str(tmp_path / "v")]) == 0
+    verbose = capsys.readouterr().out
+    assert "╭─ planner" in verbose and "→ measure_rate" in verbose
+    assert "confirmed findings (class baseline" in verbose and len(verbose.splitlines()) > 3 * len(lines)

@@ -453,18 +453,25 @@ def test_an_unreachable_server_fails_at_once_naming_its_url(tmp_path, capsys, ca
     url = f"http://127.0.0.1:{port}/v1"
     caplog.set_level(logging.WARNING, logger="sleuth.llm")
     t0 = time.perf_counter()
+    # A bare model name with --api-base is sent to that server as OpenAI-compatible, and the user is told so.
     code = main(["investigate", "--class", "cat", "--runs", str(tmp_path), "--budget", "500", "--quiet",
-                 "--llm", "openai/x", "--api-base", url])
+                 "--llm", "x", "--api-base", url])
     seconds = time.perf_counter() - t0
-    out = capsys.readouterr().out
+    out, err = capsys.readouterr()
     assert code == 1
+    assert "--api-base names an OpenAI-compatible server: the model is sent as 'openai/x'" in err
     # A refused connection is not retried (the old backoff alone slept 2 + 4 + 8 + 16 s).
     assert not [r for r in caplog.records if "retry" in r.getMessage()] and seconds < 25
     flat = " ".join(out.split())
     assert f"error: cannot reach {url} (openai/x): connection refused; is the server running" in flat
-    assert "The run stopped with an error before testing anything." in flat
+    assert "The run stopped with an error before generating any image; no run folder is kept." in flat
     assert "confirmation k/n" not in out and "baseline 0/0" not in out  # no empty findings table
-    events = read_transcript(next(tmp_path.glob("*/transcript.jsonl")))
-    assert [e.kind for e in events] == ["run_started", "error", "run_finished"]
-    assert events[1].where == "planner llm:openai/x" and url in events[1].message
-    assert events[-1].status == "error"
+    assert list(tmp_path.iterdir()) == []  # a run that never started leaves no folder
+
+
+def test_a_server_url_makes_a_bare_model_name_openai_compatible():
+    from sleuth.agent.llm import LLMConfig
+
+    assert LLMConfig(model="qwen2.5", api_base="http://127.0.0.1:8080/v1").model == "openai/qwen2.5"
+    assert LLMConfig(model="hosted_vllm/qwen", api_base="http://h:1/v1").model == "hosted_vllm/qwen"  # a provider
+    assert LLMConfig(model="gpt-4o-mini").model == "gpt-4o-mini"  # no server named: litellm's own routing

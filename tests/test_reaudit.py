@@ -158,3 +158,12 @@ def test_a_fresh_run_refused_its_draw_is_a_tool_error(tmp_path, monkeypatch):
     monkeypatch.setattr(cache, "claim_draw", lambda *a, **k: (_ for _ in ()).throw(ValueError("all used")))
     with pytest.raises(ToolError, match="cat, seed 0: all used"):
         new_session(fake_backends(), tmp_path / "a", cache=cache)
+
+
+def test_a_run_that_never_started_gives_its_draw_back(tmp_path):
+    cache = PredictionCache(tmp_path / "cache.sqlite")
+    never = new_session(fake_backends(), tmp_path / "never", cache=cache)
+    never.discard()
+    assert not (tmp_path / "never").exists()
+    again = new_session(fake_backends(), tmp_path / "again", cache=cache)
+    assert again.config.confirmation_draw == 0 and again.reaudit is None

@@ -200,6 +200,14 @@ class PredictionCache:
                 rows.append((got, claimant))
             return got, others
 
+    def release_claim(self, key: str, claimant: str) -> None:
+        """Give back what ``claimant`` claimed of ``key`` (a run that never started, and left no directory)."""
+        with self._lock:
+            if key in self._claims:
+                self._claims[key] = [r for r in self._claims[key] if r[1] != claimant]
+            if self._db is not None:
+                self._db.execute("DELETE FROM claims WHERE key=? AND claimant=?", (key, claimant))
+
     def forget_claims(self) -> None:
         """Forget every seed claim, as on a machine that never ran one (tests start each case so)."""
         with self._lock:

@@ -35,6 +35,27 @@ from sleuth.agent.view import InvestigationView
 PROMPT = "sleuth> "
 
 
+def auto_planner(session: Session, baseline_n: int | None = None) -> Planner:
+    """The protocol planner ``/auto`` hands over to, going on from whatever the user did: the session's declared
+    confirmation family, and the sizes, attempts and baseline of the user's own confirmations (the tools refuse
+    any other sizes once the first confirmation has declared them)."""
+    from sleuth.agent.config import PlannerConfig
+    from sleuth.agent.planners import PlanFor, build_planner
+    from sleuth.agent.planners.protocol import ProtocolPlanner
+
+    inv, c = session.investigation, session.config
+    declared = inv.confirmation_designs
+    planner = build_planner(PlannerConfig(name="protocol", baseline_n=baseline_n), PlanFor(
+        label=c.label, class_prompt=inv.class_prompt, labels=inv.labels.labels, budget=inv.budget.images,
+        seed=c.seed, alpha=c.alpha, confirmations=inv.max_confirmations,
+        designs=tuple(declared) if declared is not None else None))
+    if declared is not None and isinstance(planner, ProtocolPlanner):
+        drawn = inv.baselines.get("confirmation")
+        planner.adopt(declared, {d.key: inv.design_attempts(d.key) for d in declared},
+                      drawn.n if drawn is not None else None)
+    return planner
+
+
 class Interrupts:
     """A SIGINT handler that raises ``KeyboardInterrupt`` except inside ``shield()``, where it waits."""
 

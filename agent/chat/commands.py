@@ -9,6 +9,7 @@ the start of a word (or after ``key=``), so apostrophes (``cat's``) need none. D
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -112,7 +113,9 @@ def parse(line: str) -> Parsed:
         raise CommandError("empty command; /help lists them")
     name = head[0].lower()
     if name not in TOOL_COMMANDS + OTHER_COMMANDS:
-        raise CommandError(f"unknown command /{name}; /help lists them")
+        near = difflib.get_close_matches(name, TOOL_COMMANDS + OTHER_COMMANDS, n=1, cutoff=0.6)
+        raise CommandError(f"unknown command /{name}" + (f"; did you mean /{near[0]}?" if near else "")
+                           + " (/help lists them)")
     p = Parsed(name)
     flags = FLAGS.get(name, frozenset())
     rest: list[Word] = []

@@ -12,7 +12,7 @@ from types import ModuleType
 from sleuth.agent.errors import UsageError
 
 # Sub-command modules, in the order `sleuth --help` lists them.
-COMMANDS = ("investigate", "chat", "audit", "mitigate", "replay", "report", "classify", "world", "bench")
+COMMANDS = ("investigate", "chat", "audit", "runs", "mitigate", "replay", "report", "classify", "world", "bench")
 
 
 def _load(name: str) -> ModuleType | None:

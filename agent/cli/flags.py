@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -207,9 +208,13 @@ def planner_config(args: argparse.Namespace) -> PlannerConfig:
     if llm:
         settings["llm"] = llm
     try:
-        return PlannerConfig.model_validate(settings)
+        config = PlannerConfig.model_validate(settings)
     except ValidationError as e:
         raise UsageError(one_line(e, flags={k.removeprefix("planner."): v for k, v in FLAG_OF.items()})) from None
+    if config.llm is not None and config.llm.model != args.llm:
+        print(f"--api-base names an OpenAI-compatible server: the model is sent as {config.llm.model!r}",
+              file=sys.stderr)
+    return config
 
 
 def run_config(args: argparse.Namespace) -> RunConfig:

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 from sleuth.agent.events import Usage
 from sleuth.agent.redact import is_secret_key, mask_string, register_secret
@@ -37,6 +37,10 @@ class LLMError(Exception):
 
 class ContextTooLong(LLMError):
     """The request did not fit the model's context window; the caller may shrink its messages and try again."""
+
+
+OPENAI_COMPATIBLE = "openai/"
+"""litellm's prefix for a model on an OpenAI-compatible server (what ``api_base`` names)."""
 
 
 class LLMConfig(BaseModel):
@@ -61,6 +65,16 @@ class LLMConfig(BaseModel):
         "..., \"arguments\": ...}, \"note\": ...}, the call first."))
     temperature: float | None = Field(0.0, description="None: the provider's default.")
     max_tokens: int | None = Field(2048, description="Most tokens per reply.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _openai_compatible(cls, data: Any) -> Any:
+        """A server named by ``api_base`` is spoken to as OpenAI-compatible: a bare model name gets litellm's
+        ``openai/`` prefix (without it litellm cannot tell which provider to use and never reaches the server)."""
+        if isinstance(data, dict) and data.get("api_base") and isinstance(data.get("model"), str) \
+                and "/" not in data["model"]:
+            data = {**data, "model": f"{OPENAI_COMPATIBLE}{data['model']}"}
+        return data
 
     @field_validator("api_base")
     @classmethod

@@ -244,6 +244,10 @@ class ProtocolPlanner(ScriptPlanner):
         self._confirmed_once = False
         self._conf_drawn = 0
         """Confirmation baseline images drawn so far."""
+        self._conf_n: int | None = None
+        """The confirmation baseline's size where an earlier attempt fixed it (designs without their own)."""
+        self._prior: list[str] = []
+        """Findings recorded before this planner took over (in a chat, by the user), as the summary names them."""
         self._p0 = 0.0
         self._have = 0
         """The class baseline's size so far (later passes top it up to their size)."""
@@ -264,7 +268,20 @@ class ProtocolPlanner(ScriptPlanner):
         attempt draws once for all."""
         if design is not None and design.baseline_n is not None:
             return design.baseline_n
-        return self.baseline_n
+        return self._conf_n or self.baseline_n
+
+    def adopt(self, designs: list[ConfirmationDesign], used: dict[tuple[int, int], int],
+              baseline_n: int | None) -> None:
+        """Go on from confirmations made before this planner took over (in a chat, the user's): the sizes they
+        declared, the attempts each has spent and the confirmation baseline they drew (``baseline_n``; None: not
+        drawn yet)."""
+        self.designs = list(designs)
+        self._used = Counter(used)
+        self._attempts = sum(used.values())
+        self._confirmed_once = True
+        self._conf_drawn = baseline_n or 0
+        if baseline_n is not None and all(d.baseline_n is None for d in designs):
+            self._conf_n = baseline_n
 
     def _class_rate(self, k: int, n: int) -> None:
         """The class baseline grew to ``k`` failures in ``n`` images: the rate every screen and test compares with."""
@@ -323,6 +340,8 @@ class ProtocolPlanner(ScriptPlanner):
 
     def script(self) -> Script:
         prompt = self.class_prompt
+        if self._view is not None:
+            self._prior = [f"{f.finding_id} {f.caption!r}" for f in self._view.findings if f.confirmed]
         (first,) = yield self.turn(
             f"I start with a baseline of {self.baseline_n} images of {prompt!r}: its failures are the material for "
             "hypotheses and its rate the yardstick. Strong failures show against it; later passes top it up for "
@@ -795,9 +814,12 @@ class ProtocolPlanner(ScriptPlanner):
             self._conf_drawn = max(self._conf_drawn, self.confirmation_baseline(design))
             self._attempts += 1
             self._used[design.key] += 1
-        if conf is None or conf.verdict != "supported" or conf.hypothesis is None:
-            why = first.error if conf is None else f"adjusted p={conf.adjusted_p:.2g}"
-            yield self.turn(f"{c.caption!r} did not replicate on fresh seeds ({why}); it is not recorded.")
+        if conf is None:  # refused before drawing anything: no evidence either way
+            yield self.turn(f"The confirmation of {c.caption!r} was refused ({first.error}); it is not recorded.")
+            return None
+        if conf.verdict != "supported" or conf.hypothesis is None:
+            yield self.turn(f"{c.caption!r} did not replicate on fresh seeds (adjusted p={conf.adjusted_p:.2g}); it "
+                            "is not recorded.")
             return None
         # Recorded as soon as it is confirmed; its counterfactual follows when the pass ends (``_mechanisms``), so
         # the mechanism tests of the findings before it never delay a finding.
@@ -924,7 +946,9 @@ class ProtocolPlanner(ScriptPlanner):
                 f"images; {tested} tests, {supported} supported, {len(found)} confirmed"
                 + (f" in {len(modes)} failure mode{'s' * (len(modes) != 1)}. Failure modes, by the wrong label: "
                    f"{self._modes_listing(modes, found)} " if modes else
-                   ". " if found else ". No finding was confirmed. ")
+                   ". " if found else ". No further finding was confirmed. " if self._prior else
+                   ". No finding was confirmed. ")
+                + (f"Recorded before this procedure: {'; '.join(self._prior)}. " if self._prior else "")
                 + (f"Singled out by the screen but not tested before the stop: {len(untested)}"
                    + _named(untested, self._p0) + ". " if untested else "")
                 + f"{reach}"

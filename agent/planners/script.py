@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
+from sleuth.agent.errors import PlannerError
 from sleuth.agent.events import Event, ToolCall
 from sleuth.agent.runner import Turn
 from sleuth.agent.view import InvestigationView
@@ -70,7 +71,12 @@ class ScriptPlanner:
         if self._script is None:
             self._script = self.script()
             return next(self._script)
-        return self._script.send(last_results(view))
+        try:
+            return self._script.send(last_results(view))
+        except StopIteration:  # e.g. its closing summary was refused: an error of the planner's, not a crash
+            raise PlannerError(f"the {self.name} procedure has ended without a summary the tools accepted "
+                               f"({'; '.join(r.error for r in last_results(view) if isinstance(r, CallFailed))})"
+                               ) from None
 
     def call(self, name: str, **arguments: Any) -> ToolCall:
         self._calls += 1

@@ -27,6 +27,11 @@ CSS = """
 width:3px;background:#b03020}.rbar .one{position:absolute;top:-3px;bottom:-3px;width:1px;background:#555}
 .examples{display:flex;gap:3px}
 ul.conclusion{margin:4px 0 10px;padding-left:20px}ul.conclusion ul{padding-left:18px}
+@media (max-width:900px){.summary thead{display:none}.summary tr{display:grid;grid-template-columns:44px minmax(0,1fr);
+border-bottom:1px solid #ddd;padding:4px 0}.summary td{border:none;padding:2px 4px}.summary td:nth-child(n+3){
+grid-column:2}.summary td:nth-child(4)::before{content:"counterfactual edits: ";color:#666}
+.summary td:nth-child(3)::before{content:"fails at least (≥), given selection [95% CI]: ";display:block;color:#666;
+font-size:12px}}
 """
 
 

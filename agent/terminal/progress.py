@@ -28,13 +28,16 @@ class ProgressBars:
                  tb: TracebackType | None) -> None:
         self._progress.stop()
 
-    def update(self, task: str, done: int, total: int) -> None:
+    def update(self, task: str, done: int, total: int, *, key: str | None = None) -> None:
+        """Advance the bar of ``task`` (or of ``key``, whose description becomes ``task``: a bar whose words
+        change as it goes)."""
         if not self.enabled:
             return
-        tid = self._tasks.get(task)
+        name = key or task
+        tid = self._tasks.get(name)
         if tid is None:
-            tid = self._tasks[task] = self._progress.add_task(task, total=total)
-        self._progress.update(tid, completed=done, total=total, visible=done < total)
+            tid = self._tasks[name] = self._progress.add_task(task, total=total)
+        self._progress.update(tid, completed=done, total=total, visible=done < total, description=task)
 
     def print(self, renderable: RenderableType) -> None:
         self._progress.console.print(renderable)

@@ -144,7 +144,7 @@ def modes_table(inv: Investigation, modes: Sequence[ModeSummary]) -> RenderableT
               "ratio corrected for selection; weak: its interval reaches 1")
     table.caption = ("A failure mode: the findings whose failures show one cause. Its numbers are its best-evidenced "
                      f"finding's confirmation on fresh seeds ({number}); edits: that finding's counterfactual edits "
-                     "(their p in the findings table); phrasings: the "
+                     "(their p in the findings table, -v); phrasings: the "
                      "mode's other findings, and its tests behind no finding ('as m…' in the other tests).")
     table.caption_justify = "left"
     return table
@@ -221,6 +221,27 @@ def other_tests_table(inv: Investigation, *, show_all: bool = False,
                                for m in [reads_as[t.id] for t in shown if t.id in reads_as][:1]))
     table.caption_justify = "left"
     return Group(table, note) if hidden else table
+
+
+def verdict_counts(inv: Investigation, modes: Sequence[ModeSummary]) -> Text:
+    """The run's tests counted by kind and verdict, and its findings by mode, on one line."""
+    def count(purpose: str | None) -> tuple[int, int]:
+        """Rate tests of ``purpose``; None: counterfactual tests (of either purpose)."""
+        tests = [t for t in inv.tests if (t.kind == "counterfactual" if purpose is None else
+                                          t.kind != "counterfactual" and t.purpose == purpose)]
+        return len(tests), sum(t.verdict == "supported" for t in tests)
+
+    (d, ds), (c, cs), (e, es) = count("discovery"), count("confirmation"), count(None)
+    confirmed = sum(f.confirmed for f in inv.findings)
+    return Text(f"Tests: {d} discovery ({ds} supported), {_s(c, 'confirmation attempt')} ({cs} supported), "
+                f"{e} counterfactual ({es} supported). {_s(confirmed, 'confirmed finding')} in "
+                f"{_s(len(modes), 'failure mode')}.")
+
+
+def end_screen(inv: Investigation, modes: Sequence[ModeSummary]) -> RenderableType:
+    """What a run ends with: its failure modes (or that nothing was confirmed) and its tests counted by verdict."""
+    first = modes_table(inv, modes) or confirmed_table(inv)
+    return Group(first, Text(""), verdict_counts(inv, modes))
 
 
 def findings_table(inv: Investigation, *, show_all: bool = False,

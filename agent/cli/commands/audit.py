@@ -168,6 +168,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         with bars:
             out = audit.run()
+    except KeyboardInterrupt:
+        # Every finished class is kept, and a class cut short resumes where its transcript ends.
+        print(f"sleuth audit: interrupted; continue it with: sleuth audit --resume {run_dir}", file=sys.stderr)
+        return 130
     except UsageError as e:  # what the Ray cluster cannot give (checked once joined): the audit waits for a resume
         raise UsageError(f"{e}; the audit is in {run_dir}: continue it with sleuth audit --resume {run_dir} and "
                          "other options") from None
@@ -180,7 +184,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         console.print(classes_table(out))
         console.print(findings_table(out))
-        console.print(f"{out['images']} images, {out['seconds']:.1f} s active. Summary: {run_dir / 'summary.json'}",
+        console.print(f"{out['images']:,} images, {out['seconds']:.0f} s active. Summary: {run_dir / 'summary.json'}",
                       markup=False)
-        console.print(f"Replay a class with: sleuth replay {run_dir / slug(classes[0])}", markup=False)
+        console.print(f"Next: sleuth report {run_dir} --open. Every turn of a class: sleuth replay "
+                      f"{run_dir / slug(classes[0])}", markup=False)
     return 0 if all(c["status"] in ("completed", "budget_spent", "skipped") for c in out["classes"]) else 1

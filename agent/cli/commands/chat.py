@@ -38,10 +38,8 @@ def run(args: argparse.Namespace) -> int:
 
     from rich.console import Console
 
-    from sleuth.agent.chat import Chat, ProgressRelay, banner
+    from sleuth.agent.chat import Chat, ProgressRelay, auto_planner, banner
     from sleuth.agent.chat.lineedit import line_reader
-    from sleuth.agent.config import PlannerConfig
-    from sleuth.agent.planners import PlanFor, build_planner
     from sleuth.agent.runner import Planner
     from sleuth.agent.session import Session, new_run_dir
     from sleuth.agent.terminal.progress import ProgressBars
@@ -69,9 +67,7 @@ def run(args: argparse.Namespace) -> int:
     inv = session.investigation
 
     def protocol() -> Planner:
-        return build_planner(PlannerConfig(name="protocol", baseline_n=config.planner.baseline_n), PlanFor(
-            label=config.label, class_prompt=inv.class_prompt, labels=inv.labels.labels, budget=inv.budget.images,
-            seed=config.seed, alpha=config.alpha))
+        return auto_planner(session, config.planner.baseline_n)
 
     model = config.planner.llm.model if config.planner.llm is not None else None
     with TranscriptWriter(session.transcript) as writer, line_reader(console.input) as read:

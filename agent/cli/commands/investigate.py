@@ -31,7 +31,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.usage = "%(prog)s --class LABEL [options]"
     add_run_arguments(p)
     p.add_argument("--json", action="store_true", help="Print a JSON summary instead of the terminal report.")
-    p.add_argument("--quiet", action="store_true", help="No live transcript, only the findings table.")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="Stream every turn; end with every finding and test.")
+    p.add_argument("--quiet", action="store_true", help="No progress line, only the final screen.")
     p.add_argument("--reveal", action="store_true",
                    help="toyworld only: after the run, the answer key (planted bugs and decoys, the findings that "
                         "match them, why a bug was missed); never shown to the planner or written")
@@ -93,12 +95,12 @@ def run(args: argparse.Namespace) -> int:
     from sleuth.agent.terminal.progress import ProgressBars
     from sleuth.agent.terminal.render import render_event
     from sleuth.agent.terminal.tables import console as make_console
-    from sleuth.agent.terminal.tables import findings_table
+    from sleuth.agent.terminal.tables import end_screen, findings_table
     from sleuth.agent.view import InvestigationView
     from sleuth.tools.registry import ToolError
 
     console = make_console(stderr=args.json)
-    bars = ProgressBars(console, enabled=not args.json and console.is_terminal)
+    bars = ProgressBars(console, enabled=not args.json and not args.quiet and console.is_terminal)
     with bars:
         backends = build_backends(config.backends, progress=bars.update)
     labels = backends.classifier.labels
@@ -112,12 +114,20 @@ def run(args: argparse.Namespace) -> int:
     planner = session.planner()
     if session.reaudit and not args.json:
         console.print(Text(session.reaudit, style="yellow"))
-    if not args.json and not args.quiet:
+    if args.verbose and not args.json:
         def show(event: Any) -> None:
             renderable = render_event(event)
             if renderable is not None:
                 bars.print(renderable)
         session.subscribers.append(show)
+    else:  # one live line: images used of the budget, and the findings so far
+        inv = session.investigation
+
+        def tick(event: Any) -> None:
+            found = sum(f.confirmed for f in inv.findings)
+            bars.update(f"{config.label}: images ({found} finding{'s' * (found != 1)})", inv.budget.used,
+                        inv.budget.images, key="run")
+        session.subscribers.append(tick)
     errors: list[str] = []
     session.subscribers.append(lambda e: errors.append(e.message) if isinstance(e, ErrorEvent) else None)
     t0 = time.perf_counter()
@@ -128,6 +138,10 @@ def run(args: argparse.Namespace) -> int:
     view = InvestigationView.from_transcript(session.transcript)
     modes = mode_summaries(view)
     out = summary(session, result, seconds, modes)
+    if result.status == "error" and session.investigation.budget.used == 0:
+        # The run never started (e.g. the LLM server cannot be reached): no folder is left behind for it.
+        session.discard()
+        out["transcript"] = None
     # The transcript is closed: nothing of the answer key reaches the planner.
     key = answer_key(config, out, view) if args.reveal else None
     if key is not None:
@@ -139,14 +153,19 @@ def run(args: argparse.Namespace) -> int:
         # Nothing was measured (e.g. the LLM server cannot be reached): the reason, not an empty findings table.
         if args.quiet and errors:
             console.print(Text(f"error: {errors[-1]}", style="bold red"))
-        console.print(Text("The run stopped with an error before testing anything.", style="red"))
+        console.print(Text("The run stopped with an error before generating any image; no run folder is kept.",
+                           style="red"))
     else:
-        console.print(findings_table(session.investigation, modes=modes))
-        console.print(f"{out['images']} images, {seconds:.1f} s. Transcript: {session.transcript}", markup=False)
-        console.print(f"Replay it with: sleuth replay {session.transcript}", markup=False)
+        inv = session.investigation
+        console.print(findings_table(inv, modes=modes) if args.verbose else end_screen(inv, modes))
         if key is not None:
             from sleuth.agent.terminal.answer_key import render_answer_key
 
             console.print()
             console.print(render_answer_key(key))
+        console.print()
+        console.print(f"{out['images']:,} images, {seconds:.0f} s. Next: sleuth report {session.run_dir} --open",
+                      markup=False)
+        console.print(f"Every turn, finding and test: sleuth replay {session.run_dir}"
+                      + ("" if args.verbose else " (or -v)"), markup=False)
     return 0 if result.status in ("completed", "budget_spent") else 1
