@@ -11,6 +11,7 @@ from rich.console import Console
 
 from sleuth.agent.audit.summary import audit_summary, class_summary, classes_table, skipped_summary
 from sleuth.agent.audit.summary import findings_table as audit_findings_table
+from sleuth.agent.audit.summary import modes_table as audit_modes_table
 from sleuth.agent.cli.commands.investigate import summary
 from sleuth.agent.mode_summary import WEAK, counts_text, effect_text, mode_summaries
 from sleuth.agent.replay.resume import Continued
@@ -89,9 +90,18 @@ def test_an_audit_stores_each_class_modes_and_counts_them_beside_findings(run: M
     assert "Audit findings: 3 confirmed in 2 failure modes," in table
     marks = {line.split("│")[2].strip() for line in table.splitlines() if line.startswith("│ cat")}
     assert marks == {"m1", "m2"}
+    # The modes first: one row per mode of every class, strongest bound first, with its audit p (2 classes).
+    first = text(audit_modes_table(out))
+    assert "Audit failure modes: 2 in 2 classes, strongest first" in first
+    rows = [line.split() for line in first.splitlines() if line.startswith("cat ")]
+    assert [r[1] for r in rows] == sorted((m["mode_id"] for m in cat["modes"]),
+                                          key=lambda i: -next(m["at_least"] for m in cat["modes"] if m["mode_id"] == i))
+    best = max(cat["modes"], key=lambda m: m["at_least"])
+    assert f"≥ {best['at_least']:.3g}×" in first and pv(min(1.0, 2 * best["adjusted_p"])) in first
     # A summary written before modes were recorded counts none.
     old = {**cat}
     del old["modes"]
+    assert audit_modes_table(audit_summary("audit", {}, [old], 1.0)) is None
     assert "Audit findings: 3 confirmed in 0 failure modes," in text(audit_findings_table(
         audit_summary("audit", {}, [old], 1.0)))
 

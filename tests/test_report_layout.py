@@ -43,3 +43,14 @@ def test_the_glance_table_stacks_at_800_px_and_is_a_table_at_1400(tmp_path, caps
     assert display == "grid" and page <= 800 and table <= 800 and examples_right <= 800
     page, table, display, examples_right = layout(probed, 1400)
     assert display == "table-row" and page <= 1400 and examples_right <= 1400
+
+
+def test_image_lists_are_decoded_only_when_opened(tmp_path, capsys):
+    report = tmp_path / "report.html"
+    assert main(["report", str(EXAMPLE), "-o", str(report), "--no-verify"]) == 0
+    capsys.readouterr()
+    html = report.read_text()
+    lists = re.findall(r"<details class='images'>.*?</details>", html, re.S)
+    thumbs = [t for block in lists for t in re.findall(r"<img [^>]*>", block)]
+    assert lists and thumbs and all('loading="lazy"' in t for t in thumbs)
+    assert not any(" open" in block[:30] for block in lists)  # closed until the reader opens one

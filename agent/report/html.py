@@ -88,8 +88,9 @@ def _img(emb: ImageEmbedder, ref: str, side: int, title: str = "") -> str:
         return f'<span class="missing" title="{esc(ref)}">image missing<br>{esc(ref[:12])}</span>'
     scale = side / max(found.width, found.height)
     w, h = max(1, round(found.width * scale)), max(1, round(found.height * scale))
+    # Decoded only when shown: the image lists sit in closed <details>, and a long run has thousands of them.
     return (f'<img class="thumb" src="{found.uri}" width="{w}" height="{h}" alt="{esc(ref[:12])}" '
-            f'title="{esc(title or ref)}" data-ref="{esc(ref)}">')
+            f'title="{esc(title or ref)}" data-ref="{esc(ref)}" loading="lazy" decoding="async">')
 
 
 def _plot(data: bytes | None, kind: str, caption: str) -> str:

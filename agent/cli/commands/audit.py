@@ -109,21 +109,21 @@ def _ray_ready(args: argparse.Namespace, config: Any, classes: list[str]) -> boo
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
     from rich.text import Text
 
     from sleuth.agent.audit import Audit, AuditError, check_run_dir, load, resolve_classes, slug, start
     from sleuth.agent.audit.config import load_config
-    from sleuth.agent.audit.summary import classes_table, findings_table
+    from sleuth.agent.audit.summary import classes_table, findings_table, modes_table
     from sleuth.agent.replay.rebuild import RebuildError
     from sleuth.agent.session import new_run_dir
     from sleuth.agent.terminal.progress import ProgressBars
     from sleuth.agent.terminal.render import render_event
+    from sleuth.agent.terminal.tables import console as make_console
     from sleuth.agent.transcript import TranscriptError
 
     if (args.config is None) == (args.resume is None):
         raise UsageError("give a CONFIG to start an audit, or --resume RUN_DIR to continue one (not both)")
-    console = Console(stderr=args.json)
+    console = make_console(stderr=args.json)
     bars = ProgressBars(console, enabled=not args.json and console.is_terminal)
     try:
         if args.resume is not None:
@@ -183,7 +183,11 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
     else:
         console.print(classes_table(out))
-        console.print(findings_table(out))
+        modes = modes_table(out)
+        if modes is not None:
+            console.print(modes)
+        if args.verbose or modes is None:
+            console.print(findings_table(out))
         console.print(f"{out['images']:,} images, {out['seconds']:.0f} s active. Summary: {run_dir / 'summary.json'}",
                       markup=False)
         console.print(f"Next: sleuth report {run_dir} --open. Every turn of a class: sleuth replay "

@@ -30,11 +30,14 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--output {out} is a directory; give a file name")
     if not Path(args.run_dir).exists():  # before the report's plotting and image libraries load
         raise UsageError(f"no such file or directory: {args.run_dir}")
+    from rich.console import Console
+
     from sleuth.agent.report import ReportError, default_output, write_report
 
     t0 = time.perf_counter()
     try:
-        written = write_report(args.run_dir, out, verify=not args.no_verify)
+        with Console(stderr=True).status(f"Writing the report of {args.run_dir} …"):
+            written = write_report(args.run_dir, out, verify=not args.no_verify)
     except ReportError as e:
         raise UsageError(str(e)) from None
     except OSError as e:
