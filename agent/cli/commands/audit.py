@@ -25,7 +25,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--runs", default="runs", help="Folder for new run directories (default ./runs).")
     p.add_argument("--json", action="store_true", help="Print the audit summary as JSON.")
     p.add_argument("--verbose", action="store_true",
-                   help="Show every transcript event as it is written (local executor).")
+                   help="Show every transcript event as it is written (local executor), and every finding.")
     g = p.add_argument_group("executor", "Where the classes run; a config's executor section sets the same, and "
                                          "--resume continues as the audit began unless these say otherwise.")
     g.add_argument("--executor", choices=["local", "ray"],
