@@ -135,3 +135,30 @@ def test_an_answer_key_line_names_modes_with_all_their_findings() -> None:
     # A key without modes (an older one) names the findings.
     bare = {**key, "planted": [{**bug, "modes": []}], "modes": {}}
     assert "FOUND by f4, f18: found." in text(render_answer_key(bare))
+
+
+def test_every_view_prints_one_bound_for_a_finding(run: ModeRun) -> None:
+    """The record line, the final answer, the terminal's modes and findings tables, --json, an audit's summary and
+    tables, and the report: each shows a confirmed finding's headline bound, and the same one."""
+    from sleuth.agent.terminal.render import render_event
+    from sleuth.agent.terminal.tables import confirmed_table, modes_table
+
+    inv = run.session.investigation
+    events = read_transcript(run.transcript)
+    modes = mode_summaries(InvestigationView.from_events(events))
+    best = next(f for f in inv.findings if f.finding_id == modes[0].best)
+    bound = best.confirmation.bound
+    assert bound is not None and bound >= 1
+    shown = f"≥ {bound:.3g}×"
+    words = f"at least {bound:.3g}x"
+    recorded = next(e for e in events if e.kind == "finding" and e.finding_id == best.finding_id)
+    assert words in text(render_event(recorded)).replace("×", "x")
+    assert words in events[-1].answer
+    assert shown in text(modes_table(inv, modes)) and shown in text(confirmed_table(inv))
+    out = summary(run.session, run.result, 1.0, modes)
+    assert next(f for f in out["findings"] if f["finding_id"] == best.finding_id)["confirmation"]["at_least"] == bound
+    assert out["modes"][0]["at_least"] == bound
+    cat = class_summary("cat", "cat", inv, events, Continued(run.transcript, run.result), 1.0)
+    audit = audit_summary("audit", {}, [cat], 1.0)
+    assert shown in text(audit_findings_table(audit)) and shown in text(audit_modes_table(audit))
+    assert shown in build_report(run.session.run_dir)
