@@ -189,6 +189,11 @@ def test_replay_renders_numbered_events_with_rates_intervals_and_verdicts(capsys
     assert f"rate ratio  {rr['ratio']:.3g}× [{rr['low']:.3g}, {rr['high']:.3g}]" in out
     assert f"{m['test_id']} {m['verdict']}  discovery" in out and "holm-adjusted" in out
     assert f"{len(events)} events, hash chain verified." in out
+    # ... and ends with the run's failure modes, strongest first, as the run ended.
+    modes = {e.mode_id for e in events if e.kind == "mode"}
+    tail = out[out.index("events, hash chain verified."):]
+    assert f"{len(modes)} failure modes, strongest first" in tail
+    assert all(f"\n{m} " in tail for m in modes)
 
 
 def test_llm_perturbations_are_not_rerun_and_a_cut_run_reports_its_unfinished_call(tmp_path):

@@ -196,30 +196,40 @@ def findings_table(summary: dict[str, Any]) -> Table:
 def modes_table(summary: dict[str, Any]) -> Table | None:
     """The audit's failure modes first: one row per mode of every class, strongest bound first, with its audit p
     (the best finding's confirmation over the audit's family); None when no class has a mode."""
-    classes = len(summary["classes"])
-    modes = [m for c in summary["classes"] for m in c.get("modes") or []]
+    return modes_rows([m for c in summary["classes"] for m in c.get("modes") or []], len(summary["classes"]))
+
+
+def modes_rows(modes: list[dict[str, Any]], classes: int, title: str | None = None) -> Table | None:
+    """Failure modes (``ModeSummary`` as JSON) of ``classes`` classes, one row each, strongest bound first, with
+    the class and the audit p (the adjusted p times ``classes``) when there are several classes, or ``title``
+    given as an audit's. None: no mode."""
     if not modes:
         return None
-    modes.sort(key=lambda m: (-(m.get("at_least") or 0.0), m["adjusted_p"], m["label"], m["mode_id"]))
-    table = Table(title=f"Audit failure modes: {len(modes)} in {classes} class{'es' * (classes != 1)}, strongest "
-                        "first", title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
-                  collapse_padding=True)
-    for col, kw in (("class", {"no_wrap": True}), ("mode", {"no_wrap": True}),
-                    ("what fails", {"ratio": 1, "min_width": 24}), ("fails as", {"max_width": 14}),
-                    ("confirmation k/n", {"no_wrap": True}), ("fails at least", {"no_wrap": True}),
-                    ("audit p", {"no_wrap": True, "justify": "right"}), ("findings", {"justify": "right"})):
-        table.add_column(col, overflow="fold", **kw)  # type: ignore[arg-type]
+    audit = title is None
+    modes = sorted(modes, key=lambda m: (-(m.get("at_least") or 0.0), m["adjusted_p"], m["label"], m["mode_id"]))
+    table = Table(title=title or f"Audit failure modes: {len(modes)} in {classes} class{'es' * (classes != 1)}, "
+                                 "strongest first", title_justify="left", box=box.SIMPLE_HEAD, show_edge=False,
+                  pad_edge=False, collapse_padding=True)
+    columns: list[tuple[str, dict[str, Any]]] = [
+        *([("class", {"no_wrap": True})] if audit else []), ("mode", {"no_wrap": True}),
+        ("what fails", {"ratio": 1, "min_width": 20}), ("fails as", {"max_width": 14}),
+        ("confirmation k/n", {"no_wrap": True}), ("fails at least", {"no_wrap": True}),
+        ("audit p" if audit else "adj. p", {"no_wrap": True, "justify": "right"}),
+        ("findings", {"justify": "right"})]
+    for col, kw in columns:
+        table.add_column(col, overflow="fold", **kw)
     for m in modes:
         c, b = m["confirmation"], m["baseline"]
         bound = m.get("at_least")
         number = (f"≥ {_x(bound)}×" if bound is not None else f"{_x(m['ratio'])}×") + (" weak" if m["weak"] else "")
-        table.add_row(m["label"], m["mode_id"], Text(m["caption"]), (m.get("labels") or ["–"])[0],
-                      f"{c['k']}/{c['n']} vs {b['k']}/{b['n']}", number,
-                      pv(min(1.0, max(1, classes) * float(m["adjusted_p"]))), str(len(m["findings"])))
+        p = min(1.0, max(1, classes) * float(m["adjusted_p"])) if audit else float(m["adjusted_p"])
+        table.add_row(*([m["label"]] if audit else []), m["mode_id"], Text(m["caption"]),
+                      (m.get("labels") or ["–"])[0], f"{c['k']}/{c['n']} vs {b['k']}/{b['n']}", number, pv(p),
+                      str(len(m["findings"])))
     table.caption = ("A failure mode is one cause; its numbers are its best-evidenced finding's confirmation "
-                     "(fails at least: times its class's failure rate); audit p: its adjusted p times the audit's "
-                     f"{classes} classes (audit-significant at or below alpha). Every finding: --verbose, or "
-                     "summary.json.")
+                     "(fails at least: times its class's failure rate)"
+                     + (f"; audit p: its adjusted p times the audit's {classes} classes (audit-significant at or "
+                        "below alpha). Every finding: --verbose, or summary.json." if audit else "."))
     table.caption_justify = "left"
     return table
 

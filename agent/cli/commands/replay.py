@@ -128,6 +128,15 @@ def _render(args: argparse.Namespace) -> int:
             console.print(_numbered(event.seq + 1, renderable))
     checked = "hash chain verified" if not args.no_verify else "hash chain not checked"
     console.print(f"{len(events)} events, {checked}.", style="dim")
+    # The run's failure modes last, as the run ended: what the transcript's findings amount to.
+    from sleuth.agent.audit.summary import modes_rows
+    from sleuth.agent.mode_summary import mode_summaries
+    from sleuth.agent.view import InvestigationView
+
+    modes = [m.model_dump(mode="json") for m in mode_summaries(InvestigationView.from_events(events))]
+    table = modes_rows(modes, 1, f"{len(modes)} failure mode{'s' * (len(modes) != 1)}, strongest first")
+    if table is not None:
+        console.print(table)
     return 0
 
 
