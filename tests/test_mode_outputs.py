@@ -90,6 +90,8 @@ def test_an_audit_stores_each_class_modes_and_counts_them_beside_findings(run: M
     assert "Audit findings: 3 confirmed in 2 failure modes," in table
     marks = {line.split("│")[2].strip() for line in table.splitlines() if line.startswith("│ cat")}
     assert marks == {"m1", "m2"}
+    assert list(out).index("modes") < list(out).index("classes") < list(out).index("findings")
+    assert out["modes"] == sorted(cat["modes"], key=lambda m: -m["at_least"])
     # The modes first: one row per mode of every class, strongest bound first, with its audit p (2 classes).
     first = text(audit_modes_table(out))
     assert "Audit failure modes: 2 in 2 classes, strongest first" in first

@@ -115,6 +115,9 @@ def audit_summary(run_dir: str, config: dict[str, Any], classes: list[dict[str, 
         "images": sum(c["images"] for c in classes), "seconds": round(seconds, 2),
         "cost_usd": round(sum(c["cost_usd"] for c in classes), 6),
         "audit_control": control,
+        # The failure modes first, strongest bound first (each as its class summary has it, with its class).
+        "modes": sorted((m for c in classes for m in c.get("modes") or []),
+                        key=lambda m: (-(m.get("at_least") or 0.0), m["adjusted_p"], m["label"], m["mode_id"])),
         "classes": classes, "findings": findings, "unconfirmed": ranked_unconfirmed(classes),
     }
 
@@ -196,7 +199,8 @@ def findings_table(summary: dict[str, Any]) -> Table:
 def modes_table(summary: dict[str, Any]) -> Table | None:
     """The audit's failure modes first: one row per mode of every class, strongest bound first, with its audit p
     (the best finding's confirmation over the audit's family); None when no class has a mode."""
-    return modes_rows([m for c in summary["classes"] for m in c.get("modes") or []], len(summary["classes"]))
+    return modes_rows(summary.get("modes") or [m for c in summary["classes"] for m in c.get("modes") or []],
+                      len(summary["classes"]))
 
 
 def modes_rows(modes: list[dict[str, Any]], classes: int, title: str | None = None) -> Table | None:
