@@ -335,6 +335,8 @@ def test_typing_into_chat_without_an_llm(tmp_path):
     child.sendintr()
     child.expect_exact(STOPPED)
     child.expect_exact(PROMPT)
+    said = ANSI.sub("", log.getvalue())
+    assert said[said.rindex("/generate n=5000"):].count(STOPPED) == 1  # Ctrl-C is reported once
     child.sendline("/findings")
     child.expect("no confirmed finding")
     child.expect_exact(PROMPT)

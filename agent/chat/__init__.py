@@ -22,7 +22,7 @@ from rich.table import Table
 from rich.text import Text
 
 from sleuth.agent.chat import commands as C
-from sleuth.agent.events import ErrorEvent, Event, PlannerTurn, RunStarted, Status, UserMessage
+from sleuth.agent.events import ErrorEvent, Event, PlannerTurn, RunStarted, Status, ToolReturned, UserMessage
 from sleuth.agent.mode_summary import mode_summaries
 from sleuth.agent.runner import STOPPED, Planner, Runner, Stopped
 from sleuth.agent.session import Session
@@ -167,7 +167,7 @@ class Chat:
                                         "write again to let it go on.", style="yellow"))
             return answer
         except (Stopped, KeyboardInterrupt):
-            self.console.print(f"[yellow]{STOPPED}.[/]")
+            self._say_stopped()
             return None
         finally:
             # `finish` ends a planner's run, not the conversation.
@@ -196,8 +196,14 @@ class Chat:
             try:
                 self.runner.call_tool(call)
             except Stopped:
-                self.console.print(f"[yellow]{STOPPED}.[/]")
+                self._say_stopped()
         return True
+
+    def _say_stopped(self) -> None:
+        """Say once that Ctrl-C stopped the work: not again after the stopped call's result, which said it."""
+        last = self.writer.events[-1] if self.writer.events else None
+        if not (isinstance(last, ToolReturned) and last.error == STOPPED):
+            self.console.print(f"[yellow]{STOPPED}.[/]")
 
     def handle(self, line: str) -> bool:
         """One line from the user; False when the session should end."""
