@@ -18,7 +18,7 @@ demo: $(STAMP)
 
 ## test: the fast tier (offline, CPU, about 14 minutes on 2 cores); fails if a module of agent/ or tools/ has no fast test
 test: $(STAMP)
-	$(BIN)/python -m pytest -q --module-use
+	$(BIN)/python -m pytest -q --module-use -n auto --maxprocesses 4 --dist worksteal
 
 ## test-e2e: the end-to-end tier (whole investigations and audits, Ray, benchmarks, editing pipelines; docs/testing.md)
 test-e2e: $(STAMP)

@@ -36,6 +36,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
+    if workers:  # a pytest-xdist worker (make test): torch gets this worker's share of the cores, not all of them
+        import torch
+
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(workers)))
     if config.getoption("--module-use"):
         from module_use import ModuleUse, project_modules
 

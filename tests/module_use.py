@@ -2,8 +2,9 @@
 
 A module counts as exercised when a test runs at least one of its functions (module and class bodies, which run on
 import, do not count; neither do lambdas and comprehensions), or, for a module that defines no function at all (only
-constants and types), when it is imported. Only this process is traced, and only while tests run (not while they are
-collected): code that runs only in a command a test starts as a subprocess does not count.
+constants and types), when it is imported. Only the processes that run tests are traced (each pytest-xdist worker,
+merged at the end), and only while tests run (not while they are collected): code that runs only in a command a
+test starts as a subprocess does not count.
 
 With ``--module-use`` the run fails when a module is not exercised, and the summary names it; ``make test`` runs the
 fast tier this way, so no module loses every fast test.
@@ -94,10 +95,22 @@ class ModuleUse:
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         config = session.config
+        shared: dict[str, Any] | None = getattr(config, "workeroutput", None)
+        if shared is not None:  # a pytest-xdist worker: the controller judges what all its workers ran
+            shared["module_use"] = {"ran": sorted(self.ran), "imported": sorted(self.imported)}
+            return
         self.whole = config.args_source == pytest.Config.ArgsSource.TESTPATHS and not config.option.keyword
         self.missing = unexercised(self.modules, self.ran, self.imported)
         if self.missing and self.whole and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: object) -> None:
+        """A pytest-xdist worker is done: what it ran counts as run (the hook exists only under xdist)."""
+        got = getattr(node, "workeroutput", {}).get("module_use")
+        if got:
+            self.ran.update(got["ran"])
+            self.imported.update(got["imported"])
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if not self.missing:

@@ -68,6 +68,7 @@ def test_the_inversion_is_fishers_test_against_another_odds_ratio():
     assert odds_ratio_bound(3, 30, 13, 300, 2e-4) == 1.0 == stats.headline_bound(3, 30, 13, 300, 2e-4, 0.01)
 
 
+@pytest.mark.e2e  # a whole run or a simulation: over the fast tier's 5 seconds
 def test_every_rejection_the_protocols_designs_can_make_has_a_bound_of_at_least_one():
     # Every baseline count, every look, at the fewest failures that reject there and at every count above (through
     # all the hypothesis's images failing): the bound never reads below 1, and one failure fewer proves nothing.

@@ -284,6 +284,7 @@ def _answer_with_evidence(body: dict) -> dict:
                       f"{b['k']}/{b['n']} for plain cats (adjusted p = {r['adjusted_p']:.2g}): {r['verdict']}.")
 
 
+@pytest.mark.e2e  # a whole run or a simulation: over the fast tier's 5 seconds
 def test_words_go_to_the_llm_which_sees_the_users_commands(tmp_path):
     script = [tool_reply(tool_call("measure_rate", {"caption": SNOW, "target_label": "snow leopard",
                                                     "max_n": 200}, "m1"), content="I measure it."),

@@ -122,6 +122,7 @@ def _adversary_fwer(runs: int, m: int, alpha: float, at_the_time: bool, seed: in
     return false
 
 
+@pytest.mark.e2e  # a whole run or a simulation: over the fast tier's 5 seconds
 def test_an_adversary_confirming_null_captions_until_one_passes_keeps_the_error_at_alpha():
     runs = 1500
     false = _adversary_fwer(runs, m=10, alpha=0.05, at_the_time=False, seed=1)

@@ -131,6 +131,7 @@ def test_ctrl_c_leaves_a_valid_transcript(tmp_path):
     assert events[-1].kind == "run_finished" and events[-1].status == "interrupted"
 
 
+@pytest.mark.e2e  # a whole run or a simulation: over the fast tier's 5 seconds
 def test_a_run_ends_in_one_screen_and_verbose_shows_every_step(capsys, tmp_path):
     """By default a run shows one progress line, then the failure modes, its tests by verdict, the answer key
     (--reveal) and the next command; -v streams every turn and ends with every finding and test."""

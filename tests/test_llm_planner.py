@@ -267,6 +267,7 @@ def _measure_events(n: int, caption: str = SNOW, model: str = "m") -> list:
     return events
 
 
+@pytest.mark.e2e  # a whole run or a simulation: over the fast tier's 5 seconds
 def test_context_stays_bounded_on_long_runs():
     events = _measure_events(300)
     config = ContextConfig(max_tokens=8000, keep_recent=4)
@@ -288,6 +289,7 @@ def test_context_stays_bounded_on_long_runs():
             assert m["tool_call_id"] in ids
 
 
+@pytest.mark.e2e  # a whole run or a simulation: over the fast tier's 5 seconds
 def test_over_its_budget_the_prompt_keeps_its_prefix_between_digest_steps():
     """Over the token budget the oldest turns go into the digest several at a time, so most requests begin with the
     previous one's messages (a server's prompt cache keeps them) instead of changing right after the system prompt."""

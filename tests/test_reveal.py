@@ -62,6 +62,7 @@ def test_reveal_is_refused_for_models_the_oracle_does_not_know(capsys, tmp_path:
     assert not any(tmp_path.iterdir())  # refused before any run started
 
 
+@pytest.mark.e2e  # a whole run or a simulation: over the fast tier's 5 seconds
 def test_a_missed_bug_says_how_far_the_run_got(capsys, tmp_path: Path) -> None:
     from sleuth.agent.bench.misses import STAGES
     from sleuth.agent.bench.reveal import WHY
