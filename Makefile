@@ -16,7 +16,7 @@ $(STAMP): requirements.lock pyproject.toml
 demo: $(STAMP)
 	$(BIN)/sleuth investigate --class cat --reveal
 
-## test: the fast tier (offline, CPU, about 14 minutes on 2 cores); fails if a module of agent/ or tools/ has no fast test
+## test: the fast tier (offline, CPU, about 6 minutes on 2 cores, one pytest worker a core); fails if a module of agent/ or tools/ has no fast test
 test: $(STAMP)
 	$(BIN)/python -m pytest -q --module-use -n auto --maxprocesses 4 --dist worksteal
 
